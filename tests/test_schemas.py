@@ -1,0 +1,115 @@
+"""The JSON Schemas handed to structured-output backends accept exactly what the pydantic models accept."""
+
+import copy
+import json
+
+import jsonschema
+import pytest
+from pydantic import ValidationError
+
+from memspec import extraction, memory_type, query_parse, recall_gate, recall_plan
+
+REC = {"source_id": 3, "source_speaker": "Maya", "content": "Maya moved to Lisbon in 2023-04.",
+       "dimension": {"memory_type": "fact", "time": "2023-04", "location": "Lisbon", "reason": "", "purpose": "",
+                     "keywords": ["Lisbon", "move"]}}
+
+
+def variants_extraction():
+    base = {"memories": [REC]}
+    out = [base, {"memories": []}]
+
+    def mut(fn):
+        d = copy.deepcopy(base)
+        fn(d["memories"][0])
+        out.append(d)
+
+    mut(lambda r: r.pop("source_speaker"))
+    mut(lambda r: r.update(source_speaker=None))
+    mut(lambda r: r.update(source_id=0))
+    mut(lambda r: r.update(source_id="3"))
+    mut(lambda r: r.update(source_id=True))
+    mut(lambda r: r.update(content=""))
+    mut(lambda r: r.update(extra="x"))
+    mut(lambda r: r.pop("dimension"))
+    for t in ["", "2023", "2023-04-09", "2023-04-01/2023-04-30", "2023-4", "2023-04-31x", "April 2023", "2023/2024",
+              "2023-00", "2023-12-32", "1999-01-01/2000"]:
+        mut(lambda r, t=t: r["dimension"].update(time=t))
+    for mt in ["fact", "episodic", "profile", "Fact", "event", ""]:
+        mut(lambda r, mt=mt: r["dimension"].update(memory_type=mt))
+    mut(lambda r: r["dimension"].update(keywords="Lisbon"))
+    mut(lambda r: r["dimension"].update(keywords=["a", 1]))
+    mut(lambda r: r["dimension"].update(location=None))
+    mut(lambda r: r["dimension"].pop("location"))
+    mut(lambda r: r["dimension"].pop("memory_type"))
+    mut(lambda r: r["dimension"].update(mood="happy"))
+    out += [{"memories": {}}, {}, {"memories": [REC], "note": "x"}]
+    return out
+
+
+QA = {"query_anchor": "Where the user moved in 2023", "need_assistant_context": False,
+      "dimension": {"target_memory_type": ["fact"], "keywords": ["move"], "time": "around 2023", "location": ""},
+      "answer_dim": "location"}
+
+
+def variants_query():
+    out = [QA]
+
+    def mut(fn):
+        d = copy.deepcopy(QA)
+        fn(d)
+        out.append(d)
+
+    for t in ["", "on 2023-05-01", "between 2023-01-01 and 2023-04-29", "before 2023", "in 2023", "2023", "between 2023"]:
+        mut(lambda d, t=t: d["dimension"].update(time=t))
+    for ad in ["", "content", "keywords", "who"]:
+        mut(lambda d, ad=ad: d.update(answer_dim=ad))
+    mut(lambda d: d.update(need_assistant_context="false"))
+    mut(lambda d: d.update(query_anchor=""))
+    mut(lambda d: d["dimension"].update(target_memory_type=["fact", "event"]))
+    mut(lambda d: d.pop("answer_dim"))
+    mut(lambda d: d.pop("dimension"))
+    return out
+
+
+CASES = [
+    (extraction.ExtractionOutput, extraction.json_schema(), variants_extraction()),
+    (query_parse.QueryAnalysis, query_parse.json_schema(), variants_query()),
+    (memory_type.TypeLabels, memory_type.json_schema(),
+     [{"labels": []}, {"labels": ["EM", "GM"]}, {"labels": ["em"]}, {"labels": "EM"}, {}, {"labels": ["EM"], "x": 1}]),
+    (memory_type.TypeDecision, memory_type.json_schema(binary=True),
+     [{"present": True}, {"present": "yes"}, {"present": 1}, {}]),
+    (recall_plan.RecallPlan, recall_plan.json_schema(),
+     [{"complexity": "simple", "keywords": ["a"]}, {"complexity": "hybrid", "keywords": []},
+      {"complexity": "complex", "keywords": ["a", "b", "c", "d"]}, {"complexity": 0, "keywords": ["a"]},
+      {"complexity": "Simple", "keywords": ["a"]}, {"keywords": ["a"]}]),
+    (recall_gate.GateOutput, recall_gate.json_schema(),
+     [{"kept_ids": []}, {"kept_ids": [1, 2]}, {"kept_ids": ["1"]}, {"kept_ids": [1.5]}, {"relevant_ids": [1]}]),
+]
+
+
+@pytest.mark.parametrize("model, schema, samples", CASES, ids=lambda x: getattr(x, "__name__", ""))
+def test_schema_accepts_exactly_what_pydantic_accepts(model, schema, samples):
+    validator = jsonschema.Draft202012Validator(schema)
+    accepted = 0
+    for sample in samples:
+        try:
+            model.model_validate_json(json.dumps(sample))
+            by_pydantic = True
+        except ValidationError:
+            by_pydantic = False
+        by_schema = validator.is_valid(sample)
+        assert by_pydantic == by_schema, f"{model.__name__}: pydantic={by_pydantic} schema={by_schema} on {sample}"
+        accepted += by_pydantic
+    assert 0 < accepted < len(samples)  # the samples exercise both sides
+
+
+def test_extraction_schema_is_self_contained():
+    s = json.dumps(extraction.json_schema())
+    assert "$ref" not in s and "$defs" not in s
+
+
+def test_render_completion_round_trips():
+    out = extraction.ExtractionOutput.model_validate(json.loads(json.dumps({"memories": [REC]})))
+    text = extraction.render_completion(out.memories)
+    res = extraction.parse(text)
+    assert res.problems == [] and res.records == out.memories

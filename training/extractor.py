@@ -1,0 +1,234 @@
+"""LoRA SFT of the extractor (DimMem extraction + query analysis in one adapter) with TRL + PEFT.
+
+  memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
+  accelerate launch --config_file configs/accelerate/ddp_8gpu.yaml -m training.extractor \
+      --config configs/training/extractor_qwen3_4b.yaml
+
+Rows are conversational prompt/completion pairs from `memdistill data` (built on first use from the
+gold corpus when missing); the loss covers the completion only. A run killed after a checkpoint resumes
+from it when started again with the same output_dir. The run leaves `adapter/`, `loss.png` and
+`summary.json` in output_dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from memdistill.config import load_config
+from memspec import SCHEMA_VERSION
+
+DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+FORBIDDEN_TARGETS = ("embed_tokens", "lm_head", "wte", "embed_out")
+
+
+@dataclass
+class ExtractorConfig:
+    model: str = "embedded:smollm2-135m-instruct"
+    train_file: str = "data/built/extractor/train.jsonl"
+    eval_file: str | None = "data/built/extractor/dev.jsonl"
+    output_dir: str = "runs/extractor-cpu"
+    data_config: str = "configs/data_gen/seed.yaml"  # builds train_file with this when it is missing
+    tasks: list = field(default_factory=lambda: ["extraction", "query_parse"])
+    max_train_rows: int | None = None
+    # LoRA (never on embeddings or lm_head: Qwen3-4B and SmolLM2 tie them)
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: list = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    load_in_4bit: bool = False  # QLoRA (bitsandbytes, CUDA)
+    # optimisation
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 2.0
+    max_steps: int = -1
+    per_device_train_batch_size: int = 1
+    per_device_eval_batch_size: int = 1
+    gradient_accumulation_steps: int = 2
+    warmup_ratio: float = 0.03
+    lr_scheduler_type: str = "cosine"
+    weight_decay: float = 0.0
+    max_length: int = 12288
+    dtype: str = "bfloat16"  # bfloat16 | float16 | float32
+    gradient_checkpointing: bool = True
+    padding_free: bool = False  # flatten a batch into one sequence (no pad tokens); needs flash-attention on GPU
+    packing: bool = False
+    seed: int = 42
+    # bookkeeping
+    logging_steps: int = 5
+    save_steps: int = 100
+    save_total_limit: int = 2
+    eval_steps: int | None = None
+    report_to: str = "none"
+    dataloader_num_workers: int = 0
+
+
+def validate(cfg: ExtractorConfig) -> None:
+    bad = [t for t in cfg.target_modules if any(f in t for f in FORBIDDEN_TARGETS)]
+    if bad:
+        raise ValueError(f"target_modules {bad}: LoRA must not touch embeddings or lm_head (tied in the base models)")
+    if cfg.dtype not in ("bfloat16", "float16", "float32"):
+        raise ValueError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
+    unknown = set(cfg.tasks) - {"extraction", "query_parse"}
+    if unknown or not cfg.tasks:
+        raise ValueError(f"tasks {cfg.tasks}: expected a non-empty subset of extraction, query_parse")
+
+
+def load_rows(path: str, tasks, limit: int | None = None):
+    """The SFT dataset, checked against memspec's schema version (a stale dataset is refused)."""
+    import datasets
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
+    with p.open() as f:
+        for line_no, line in enumerate(f, 1):
+            row = json.loads(line)
+            if row.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"{p}:{line_no}: schema_version {row.get('schema_version')!r} but memspec is "
+                                 f"{SCHEMA_VERSION}; rebuild the dataset with `make data`")
+    ds = datasets.load_dataset("json", data_files=str(p), split="train")
+    ds = ds.filter(lambda r: r["task"] in tasks)
+    keep = ["prompt", "completion", "chat_template_kwargs"]
+    ds = ds.remove_columns([c for c in ds.column_names if c not in keep])
+    if limit:
+        ds = ds.shuffle(seed=0).select(range(min(limit, len(ds))))
+    return ds
+
+
+def _torch_dtype(name: str):
+    import torch
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def build_trainer(cfg: ExtractorConfig):
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from training.base_models import model_path
+
+    validate(cfg)
+    if not Path(cfg.train_file).exists():
+        from data_gen.build import DataConfig, build
+        print(f"[train] {cfg.train_file} missing: building datasets with {cfg.data_config}", file=sys.stderr)
+        build(load_config(DataConfig, cfg.data_config))
+    base = model_path(cfg.model)
+    tok = AutoTokenizer.from_pretrained(base)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    quant = None
+    if cfg.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=_torch_dtype(cfg.dtype))
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=_torch_dtype(cfg.dtype), quantization_config=quant)
+    train = load_rows(cfg.train_file, cfg.tasks, cfg.max_train_rows)
+    evald = load_rows(cfg.eval_file, cfg.tasks) if cfg.eval_file and Path(cfg.eval_file).exists() else None
+    use_cpu = not torch.cuda.is_available()
+    args = SFTConfig(
+        output_dir=cfg.output_dir, completion_only_loss=True, max_length=cfg.max_length,
+        packing=cfg.packing, padding_free=cfg.padding_free,
+        learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_ratio=cfg.warmup_ratio,
+        lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay,
+        bf16=cfg.dtype == "bfloat16" and not use_cpu, fp16=cfg.dtype == "float16",
+        gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if evald is not None and cfg.eval_steps else "no", eval_steps=cfg.eval_steps,
+        report_to=cfg.report_to, use_cpu=use_cpu, dataloader_num_workers=cfg.dataloader_num_workers,
+        disable_tqdm=False,
+    )
+    peft_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=list(cfg.target_modules), task_type="CAUSAL_LM", bias="none")
+    return SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok,
+                      peft_config=peft_cfg)
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+
+
+def train(cfg: ExtractorConfig) -> dict:
+    trainer = build_trainer(cfg)
+    resume = last_checkpoint(cfg.output_dir)
+    if resume:
+        print(f"[train] resuming from {resume}", file=sys.stderr)
+    t0 = time.time()
+    result = trainer.train(resume_from_checkpoint=resume)
+    wall = time.time() - t0
+    out = Path(cfg.output_dir)
+    trainer.model.save_pretrained(out / "adapter")
+    trainer.processing_class.save_pretrained(out / "adapter")
+    (out / "adapter" / "memdistill.json").write_text(json.dumps(
+        {"base_model": cfg.model, "schema_version": SCHEMA_VERSION, "config": asdict(cfg)}, indent=1))
+    summary = write_run_report(trainer, cfg, wall, result, resumed_from=resume)
+    return summary
+
+
+def _peak_memory_mb() -> float:
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def write_run_report(trainer, cfg, wall: float, result, resumed_from=None) -> dict:
+    history = trainer.state.log_history
+    losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    tokens = max((h.get("num_tokens", 0) for h in history), default=0)
+    summary = {
+        "model": cfg.model, "schema_version": SCHEMA_VERSION, "steps": trainer.state.global_step,
+        "epochs": trainer.state.epoch, "final_loss": losses[-1][1] if losses else None,
+        "first_loss": losses[0][1] if losses else None, "train_loss": result.training_loss,
+        "wall_time_s": round(wall, 1), "tokens": int(tokens),
+        "tokens_per_s": round(tokens / wall, 1) if wall and tokens and not resumed_from else None,
+        "peak_memory_mb": round(_peak_memory_mb(), 1), "resumed_from": resumed_from,
+        "train_rows": len(trainer.train_dataset),
+    }
+    out = Path(cfg.output_dir)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if losses:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot(*zip(*losses), label="train loss")
+        if evals:
+            ax.plot(*zip(*evals), "o-", label="dev loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_title(f"extractor LoRA on {cfg.model.split('/')[-1]}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "loss.png", dpi=120)
+        plt.close(fig)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="memdistill train extractor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
+    a = p.parse_args(argv)
+    cfg = load_config(ExtractorConfig, a.config, a.overrides)
+    summary = train(cfg)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

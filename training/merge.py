@@ -1,0 +1,112 @@
+"""Merge a LoRA adapter into its base and export a directory vLLM serves as is.
+
+  memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]      (make merge)
+
+The output holds plain safetensors weights, the tokenizer with its chat template, a generation config
+whose eos is the tokenizer's, a model card (README.md) and a copy of the adapter (`adapter/`) for
+`vllm --enable-lora` serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from memdistill.config import load_config
+from memspec import SCHEMA_VERSION
+
+
+@dataclass
+class MergeConfig:
+    run_dir: str = "runs/extractor-cpu"  # a training output_dir (holds adapter/ and summary.json)
+    output_dir: str = "runs/extractor-cpu/merged"
+    dtype: str = "float32"  # bfloat16 on GPU
+    eval_report: str | None = None  # a metrics JSON from `memdistill eval` to quote in the card
+
+
+def merge(cfg: MergeConfig) -> Path:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from training.base_models import model_path
+
+    run = Path(cfg.run_dir)
+    adapter = run / "adapter"
+    meta_path = adapter / "memdistill.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{adapter}: no trained adapter (expected {meta_path}); run `make train-extractor`")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{meta_path}: adapter trained for schema {meta.get('schema_version')}, memspec is {SCHEMA_VERSION}")
+    base = model_path(meta["base_model"])
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.dtype]
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    tok = AutoTokenizer.from_pretrained(adapter)
+    out = Path(cfg.output_dir)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    gen = GenerationConfig.from_pretrained(base) if (Path(base) / "generation_config.json").exists() else GenerationConfig()
+    gen.eos_token_id = tok.eos_token_id
+    gen.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    gen.do_sample = False
+    for k in ("temperature", "top_p", "top_k"):  # greedy decoding: sampling knobs would only warn
+        setattr(gen, k, None)
+    gen.save_pretrained(tmp)
+    shutil.copytree(adapter, tmp / "adapter")
+    (tmp / "README.md").write_text(model_card(meta, run, cfg))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def model_card(meta: dict, run: Path, cfg: MergeConfig) -> str:
+    c = meta["config"]
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    lines = [
+        "---", "library_name: transformers", "tags: [memdistill, lora, memory-extraction, dimmem]", "---", "",
+        "# memdistill extractor", "",
+        "Writes DimMem memory records from a dialogue window and parses memory queries "
+        f"(memspec schema {SCHEMA_VERSION}). Prompts, output schema and parser: `memspec.extraction` and "
+        "`memspec.query_parse`.", "",
+        "## Training", "",
+        f"- base model: `{meta['base_model']}`",
+        f"- data: `{c['train_file']}` (tasks: {', '.join(c['tasks'])})",
+        f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, targets: {', '.join(c['target_modules'])}",
+        f"- lr {c['learning_rate']}, epochs {c['num_train_epochs']}, batch {c['per_device_train_batch_size']} x "
+        f"accumulation {c['gradient_accumulation_steps']}, max length {c['max_length']}, dtype {c['dtype']}",
+    ]
+    if summary:
+        lines += [f"- run: {summary.get('steps')} steps, final loss {summary.get('final_loss')}, "
+                  f"{summary.get('wall_time_s')} s wall, {summary.get('tokens_per_s')} tokens/s, "
+                  f"peak memory {summary.get('peak_memory_mb')} MB"]
+    lines += ["", "## Evaluation", ""]
+    if cfg.eval_report and Path(cfg.eval_report).exists():
+        rep = json.loads(Path(cfg.eval_report).read_text())
+        lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rep.items() if not isinstance(v, (dict, list))]
+    else:
+        lines.append("Not evaluated yet: run `make eval`.")
+    lines += ["", "## Serving", "", "`make serve` (vLLM OpenAI-compatible server, thinking off by default); "
+              "the client SDK is `serving.client.MemoryModels`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="memdistill merge", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    out = merge(load_config(MergeConfig, a.config, a.overrides))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
