@@ -3,7 +3,12 @@
 #   make models          materialise the embedded default models under .cache/models
 #   make test            the test suite (what .ci/run runs)
 #   make check-seed      validate the gold corpus under data/seed and print its statistics
+#   make data            build every training set from the gold corpus (data/built)
+#   make train-extractor train the embedded-default extractor (SmolLM2-135M + LoRA, CPU)
+#   make merge           merge its adapter into a vLLM-servable directory
+#   make eval            untrained base vs merged extractor on the gold test split (report in runs/eval)
 #   make lock            re-pin constraints-cpu.txt from the current venv
+# Override a job's config: make train-extractor TRAIN_CONFIG=configs/training/extractor_qwen3_4b.yaml ARGS="max_steps=10"
 SHELL := /bin/bash
 PY := .venv/bin/python
 export PYTHONUNBUFFERED := 1
@@ -12,7 +17,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: setup models test test-fast check-seed lock
+.PHONY: setup models test check-seed data train-extractor merge eval lock
+DATA_CONFIG ?= configs/data_gen/seed.yaml
+TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
+MERGE_CONFIG ?= configs/training/merge_cpu.yaml
+EVAL_CONFIG ?= configs/eval/extractor_cpu.yaml
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +34,18 @@ test: setup models
 
 check-seed: setup
 	$(PY) -m memdistill check-seed data/seed
+
+data: setup
+	$(PY) -m memdistill data --config $(DATA_CONFIG)
+
+train-extractor: setup models data
+	$(PY) -m memdistill train extractor --config $(TRAIN_CONFIG) $(ARGS)
+
+merge: setup models
+	$(PY) -m memdistill merge --config $(MERGE_CONFIG) $(ARGS)
+
+eval: setup models data
+	$(PY) -m memdistill eval --config $(EVAL_CONFIG) $(ARGS)
 
 lock: setup
 	@( echo "# Pinned versions for the CPU venv (make setup). Regenerate: make lock"; \

@@ -4,6 +4,10 @@
   memdistill parse --task extraction [--window FILE]  < raw_model_output
   memdistill models                                   materialise the embedded default models
   memdistill check-seed [DIR]                         validate the gold corpus, print statistics
+  memdistill data --config configs/data_gen/seed.yaml [key=value ...]
+  memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
+  memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
+  memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 """
 
 from __future__ import annotations
@@ -82,6 +86,24 @@ def _check_seed(args) -> int:
     return 0 if report.ok else 1
 
 
+def _data(args) -> int:
+    from data_gen.build import DataConfig, build
+    from memdistill.config import load_config
+
+    stats = build(load_config(DataConfig, args.config, args.overrides))
+    for task, per in stats["tasks"].items():
+        print(f"{task}: " + ", ".join(f"{s} {d['rows']}" for s, d in per.items()))
+    return 0
+
+
+def _job(module: str):
+    def run(args) -> int:
+        import importlib
+        argv = (["--config", args.config] if args.config else []) + list(args.overrides)
+        return importlib.import_module(module).main(argv)
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     from memspec import TASKS
 
@@ -103,6 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="materialise the embedded default models under .cache/models")
     m.add_argument("--force", action="store_true", help="rebuild even if present")
     m.set_defaults(func=_models)
+
+    jobs = [("data", "build training sets (gold corpus or teacher labels)", _data),
+            ("merge", "merge a trained adapter and export a servable model", _job("training.merge")),
+            ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval"))]
+    for name, help_, func in jobs:
+        j = sub.add_parser(name, help=help_)
+        j.add_argument("--config")
+        j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
+        j.set_defaults(func=func)
+    train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
+    for name, module in (("extractor", "training.extractor"),):
+        t = train.add_parser(name, help=f"train the {name}")
+        t.add_argument("--config", required=True)
+        t.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
+        t.set_defaults(func=_job(module))
 
     c = sub.add_parser("check-seed", help="validate the gold seed corpus and print its statistics")
     c.add_argument("dir", nargs="?", default="data/seed")

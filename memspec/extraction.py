@@ -185,13 +185,9 @@ STYLE_RULES = {
 }
 
 STUDENT_SYSTEM = f"""\
-Extract long-term memory records from the numbered conversation. Reply with JSON only:
-{{"memories": [{{"source_id": N, "source_speaker": "...", "content": "...", "dimension": {{"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}}}]}}
-One self-contained sentence per fact, event, plan or trait, with names instead of pronouns. Skip
-greetings, thanks and filler. fact = stable fact or status; episodic = a specific event or plan;
-profile = a lasting preference, habit, trait or goal. time is YYYY-MM-DD, YYYY-MM, YYYY or START/END,
-resolved against the message's own timestamp; leave time, location, reason and purpose "" unless
-stated. Never use a context message as source_id."""
+Extract long-term memories as JSON: {{"memories": [{{"source_id": N, "source_speaker": "", "content": "", "dimension": {{"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}}}]}}
+One self-contained sentence per fact, event or trait. time: YYYY-MM-DD, YYYY-MM, YYYY or START/END, resolved
+against the message date. Skip filler and context messages."""
 
 
 def user_message(window: Window) -> str:

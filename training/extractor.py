@@ -43,6 +43,9 @@ class ExtractorConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.05
     target_modules: list = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    # Only these decoder layers get adapters (None = all). On CPU, adapting the top layers only lets the
+    # backward pass stop early: the top third of SmolLM2 trains about twice as fast per token.
+    layers_to_transform: list | None = None
     load_in_4bit: bool = False  # QLoRA (bitsandbytes, CUDA)
     # optimisation
     learning_rate: float = 5e-5
@@ -51,7 +54,7 @@ class ExtractorConfig:
     per_device_train_batch_size: int = 1
     per_device_eval_batch_size: int = 1
     gradient_accumulation_steps: int = 2
-    warmup_ratio: float = 0.03
+    warmup_steps: float = 0.03  # a fraction of all steps when < 1
     lr_scheduler_type: str = "cosine"
     weight_decay: float = 0.0
     max_length: int = 12288
@@ -139,7 +142,7 @@ def build_trainer(cfg: ExtractorConfig):
         learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_ratio=cfg.warmup_ratio,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_steps=cfg.warmup_steps,
         lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay,
         bf16=cfg.dtype == "bfloat16" and not use_cpu, fp16=cfg.dtype == "float16",
         gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, data_seed=cfg.seed,
@@ -150,7 +153,8 @@ def build_trainer(cfg: ExtractorConfig):
         disable_tqdm=False,
     )
     peft_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=list(cfg.target_modules), task_type="CAUSAL_LM", bias="none")
+                          target_modules=list(cfg.target_modules), task_type="CAUSAL_LM", bias="none",
+                          layers_to_transform=cfg.layers_to_transform)
     return SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok,
                       peft_config=peft_cfg)
 

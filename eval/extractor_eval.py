@@ -1,0 +1,174 @@
+"""Compare extractors on the gold test split: extraction and query analysis, metrics + report.
+
+  memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]        (make eval)
+
+Each model (a directory, or `embedded:<name>`) generates for every test window and test question
+through the shared rendering path; outputs are parsed by memspec and scored against the gold corpus.
+The run directory gets metrics.json, outputs.jsonl (every raw output), report.md and PNG charts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data_gen import seed as seedlib
+from eval.extraction_metrics import DEFAULT_THRESHOLD, Embedder, ExtractionScores, keyword_f1
+from memdistill.config import load_config
+from memspec import extraction, query_parse
+from memspec.dialogue import windows
+
+
+@dataclass
+class EvalConfig:
+    models: list = field(default_factory=lambda: ["embedded:smollm2-135m-instruct", "runs/extractor-cpu/merged"])
+    labels: list | None = None  # display names, one per model
+    seed_dir: str = "data/seed"
+    split: str = "test"
+    windows: dict = field(default_factory=lambda: {"multi-party": [6, 1], "user-assistant": [4, 1]})
+    max_windows: int | None = None
+    max_questions: int | None = None
+    max_new_tokens: int = 768
+    batch_size: int = 8
+    similarity: str = "embedding"  # or token_f1
+    threshold: float | None = None  # default per similarity (eval.extraction_metrics.DEFAULT_THRESHOLD)
+    output_dir: str = "runs/eval"
+    dtype: str = "float32"
+
+
+def test_items(cfg: EvalConfig):
+    seed = seedlib.load(cfg.seed_dir)
+    wins = []
+    for cid, conv in seed.conversations.items():
+        if seed.split[cid] == cfg.split:
+            size, overlap = cfg.windows[conv.style]
+            wins += windows(conv, size, overlap)
+    wins = wins[: cfg.max_windows] if cfg.max_windows else wins
+    qs = seed.rows("questions", cfg.split)
+    qs = qs[: cfg.max_questions] if cfg.max_questions else qs
+    return seed, wins, qs
+
+
+def score_queries(outputs: list[str], questions: list[dict]) -> dict:
+    n = len(questions)
+    valid = nac = ad = types = kw = time_ok = 0
+    for raw, q in zip(outputs, questions):
+        res = query_parse.parse(raw)
+        if not res.ok:
+            continue
+        valid += 1
+        p, g = res.query, query_parse.QueryAnalysis.model_validate(q["query"])
+        nac += p.need_assistant_context == g.need_assistant_context
+        ad += p.answer_dim == g.answer_dim
+        types += set(p.dimension.target_memory_type) == set(g.dimension.target_memory_type)
+        kw += keyword_f1(p.dimension.keywords, g.dimension.keywords)
+        time_ok += p.dimension.time == g.dimension.time
+    d = lambda a: round(a / n, 4) if n else 0.0  # noqa: E731  (over all questions: invalid output scores 0)
+    return {"questions": n, "valid_rate": d(valid), "need_assistant_context_acc": d(nac), "answer_dim_acc": d(ad),
+            "target_type_exact": d(types), "keyword_f1": d(kw), "time_exact": d(time_ok)}
+
+
+def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder, generator=None) -> tuple[dict, list[dict]]:
+    from eval.generate import HFGenerator
+
+    gen = generator or HFGenerator(model, cfg.dtype)
+    t0 = time.time()
+    chats = [extraction.chat_messages(w) for w in wins] + [query_parse.chat_messages(q["question"], q["question_date"]) for q in qs]
+    with tqdm(total=len(chats), desc=f"generate {Path(model).name}", unit="prompt") as bar:
+        outs = gen(chats, cfg.max_new_tokens, cfg.batch_size, progress=bar)
+    gen_time = time.time() - t0
+    threshold = cfg.threshold if cfg.threshold is not None else DEFAULT_THRESHOLD[cfg.similarity]
+    scores = ExtractionScores(threshold=threshold, similarity=cfg.similarity)
+    rows = []
+    for w, o in zip(wins, outs[: len(wins)]):
+        res = extraction.parse(o.text, w)
+        gold = seed.gold_records(w)
+        pairs = scores.add(o.text, res.records, gold, res.ok, embedder, o.prompt_tokens, o.output_tokens)
+        rows.append({"model": model, "conversation_id": w.conversation_id, "window_index": w.window_index,
+                     "raw": o.text, "problems": [p.code for p in res.problems], "n_pred": len(res.records),
+                     "n_gold": len(gold), "matched": len(pairs)})
+    qout = outs[len(wins):]
+    for q, o in zip(qs, qout):
+        rows.append({"model": model, "question_id": q["question_id"], "raw": o.text})
+    metrics = {"extraction": scores.summary(), "query_parse": score_queries([o.text for o in qout], qs),
+               "generation_seconds": round(gen_time, 1)}
+    return metrics, rows
+
+
+def run(cfg: EvalConfig) -> Path:
+    seed, wins, qs = test_items(cfg)
+    if not wins:
+        raise ValueError(f"no {cfg.split} windows in {cfg.seed_dir}")
+    labels = cfg.labels or [Path(m).name if not m.startswith("embedded:") else m.split(":", 1)[1] + " (base)" for m in cfg.models]
+    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    embedder = Embedder() if cfg.similarity == "embedding" else None
+    results = {}
+    with (out / "outputs.jsonl").open("w") as f:
+        for label, model in zip(labels, cfg.models):
+            metrics, rows = evaluate_model(model, cfg, seed, wins, qs, embedder)
+            results[label] = {"model": model, **metrics}
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    (out / "metrics.json").write_text(json.dumps({"split": cfg.split, "windows": len(wins), "questions": len(qs),
+                                                  "results": results}, indent=1))
+    write_report(out, results, cfg, len(wins), len(qs))
+    return out
+
+
+EXTRACTION_COLUMNS = ["json_valid_rate", "schema_valid_rate", "memory_precision", "memory_recall", "memory_f1",
+                      "type_accuracy", "time_exact", "location_agreement", "reason_agreement", "purpose_agreement",
+                      "keyword_f1", "overfill_rate", "source_accuracy", "prompt_tokens_per_window",
+                      "output_tokens_per_window"]
+QUERY_COLUMNS = ["valid_rate", "need_assistant_context_acc", "answer_dim_acc", "target_type_exact", "keyword_f1", "time_exact"]
+
+
+def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_questions: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first = next(iter(results.values()))["extraction"]
+    lines = [f"# Extractor evaluation ({cfg.split} split of {cfg.seed_dir})", "",
+             f"{n_windows} windows ({cfg.windows}), {n_questions} questions. Records matched one to one by "
+             f"{first['match_similarity']} similarity >= {first['match_threshold']}.", "",
+             "## Extraction", "", "| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+    lines += [f"| {c} | " + " | ".join(str(r["extraction"][c]) for r in results.values()) + " |" for c in EXTRACTION_COLUMNS]
+    lines += ["", "## Query analysis", "", "| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+    lines += [f"| {c} | " + " | ".join(str(r["query_parse"][c]) for r in results.values()) + " |" for c in QUERY_COLUMNS]
+    lines += ["", "Generation time (s): " + ", ".join(f"{k} {v['generation_seconds']}" for k, v in results.items()), "",
+              "![extraction](extraction.png)", "", "![query analysis](query_parse.png)", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    for name, cols, key in (("extraction", EXTRACTION_COLUMNS[:13], "extraction"), ("query_parse", QUERY_COLUMNS, "query_parse")):
+        fig, ax = plt.subplots(figsize=(10, 4))
+        width = 0.8 / len(results)
+        for k, (label, r) in enumerate(results.items()):
+            ax.bar([i + k * width for i in range(len(cols))], [r[key][c] for c in cols], width, label=label)
+        ax.set_xticks([i + width * (len(results) - 1) / 2 for i in range(len(cols))])
+        ax.set_xticklabels(cols, rotation=40, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{name} on the gold {cfg.split} split")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"{name}.png", dpi=110)
+        plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="memdistill eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    out = run(load_config(EvalConfig, a.config, a.overrides))
+    print((out / "report.md").read_text())
+    print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The gold seed corpus: it validates, the validator catches what it should, gold records follow windows,
+and nothing that trains sees the test split."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from data_gen import seed as seedlib
+from memspec.dialogue import windows
+from tests.conftest import REPO
+
+SEED = REPO / "data" / "seed"
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return seedlib.load(SEED)
+
+
+def test_corpus_validates_with_the_required_counts():
+    r = subprocess.run([sys.executable, "-m", "memdistill", "check-seed", str(SEED)], capture_output=True, text=True,
+                       cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "0 error(s)" in r.stdout and "## Counts per split" in r.stdout
+
+
+def _copy(tmp_path):
+    d = tmp_path / "seed"
+    shutil.copytree(SEED, d)
+    return d
+
+
+def _edit(path, fn, line=0):
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    fn(rows[line])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("file, fn, msg", [
+    ("memories.jsonl", lambda r: r.update(source_turn_id="D9:99"), "has no turn 'D9:99'"),
+    ("memories.jsonl", lambda r: r["dimension"].update(memory_type="event"), "dimension invalid"),
+    ("memories.jsonl", lambda r: r["dimension"].update(time="2031-01-01", ) or r.update(is_plan=False),
+     "is after its source message"),
+    ("memories.jsonl", lambda r: r["dimension"].update(time="2023-02-30"), "not a calendar date"),
+    ("types.jsonl", lambda r: r.update(labels=["EM", "XM"]), "labels"),
+    ("types.jsonl", lambda r: r.update(text=r["text"] + " extra"), "text differs from turns"),
+    ("questions.jsonl", lambda r: r.update(evidence=["D7:77"]), "evidence turn 'D7:77'"),
+    ("questions.jsonl", lambda r: r["plan"].update(complexity="medium"), "plan invalid"),
+    ("questions.jsonl", lambda r: r["query"].update(answer_dim="who"), "query invalid"),
+    ("gate.jsonl", lambda r: r.update(kept_ids=[99]), "kept_ids not among candidate ids"),
+    ("conversations.jsonl", lambda r: r.update(split="holdout"), "split 'holdout'"),
+])
+def test_validator_catches_errors(tmp_path, file, fn, msg):
+    d = _copy(tmp_path)
+    _edit(d / file, fn)
+    rep = seedlib.check(d)
+    assert not rep.ok and any(msg in e for e in rep.errors), rep.errors[:5]
+
+
+def test_validator_catches_leak_between_splits(tmp_path, seed):
+    d = _copy(tmp_path)
+    rows = [json.loads(x) for x in (d / "types.jsonl").read_text().splitlines()]
+    test_row = next(r for r in rows if r.get("conversation_id") and seed.split[r["conversation_id"]] == "test")
+    rows.append({"snippet_id": "sa-leak", "conversation_id": None, "turn_ids": [], "text": test_row["text"],
+                 "labels": test_row["labels"], "split": "train"})
+    (d / "types.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert any("splits: types text in ['test', 'train']" in e for e in seedlib.check(d).errors)
+
+
+def test_gold_records_follow_the_window(seed):
+    conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
+    total = 0
+    for size, overlap in ((25, 5), (10, 2), (6, 1)):
+        got = [r for w in windows(conv, size, overlap) for r in seed.gold_records(w)]
+        assert len(got) == len(seed.memories_of(conv.conversation_id))  # every record in exactly one window
+        total += len(got)
+    w = windows(conv, 10, 2)[1]
+    recs = seed.gold_records(w)
+    assert recs and all(w.extract_from <= r.source_id <= len(w.turns) for r in recs)
+    for r in recs:
+        assert w.turn_for(r.source_id).speaker == r.source_speaker
+
+
+def test_windows_cli_on_the_seed_corpus():
+    r = subprocess.run([sys.executable, "-m", "memdistill", "windows", "--format", "seed", str(SEED / "conversations.jsonl"),
+                        "--window", "25", "--overlap", "5"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ws = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len({w["conversation_id"] for w in ws}) == 40 and all(w["text"] for w in ws)
+
+
+def test_gate_file_is_what_the_builder_makes(seed):
+    assert seedlib.build_gate(seed) == seed.gate
+
+
+def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
+    from data_gen.build import DataConfig, build
+    from memdistill.config import load_config
+    cfg = load_config(DataConfig, REPO / "configs/data_gen/seed.yaml", [f"output_dir={tmp_path / 'built'}"])
+    stats = build(cfg)
+    test_convs = {c for c, s in seed.split.items() if s == "test"}
+    test_text = {" ".join(t.text.split()) for c in test_convs for t in seed.conversations[c].turns}
+    for task in cfg.tasks:
+        for split in ("train", "dev"):
+            for line in (tmp_path / "built" / task / f"{split}.jsonl").read_text().splitlines():
+                row = json.loads(line)
+                assert row.get("conversation_id") not in test_convs
+                if task == "extractor":
+                    user = row["prompt"][1]["content"]
+                    assert not any(t in user for t in test_text if len(t) > 40)
+        assert stats["tasks"][task]["train"]["rows"] > 0
+    import datasets
+    ds = datasets.load_dataset("json", data_files=str(tmp_path / "built" / "router" / "train.jsonl"), split="train")
+    assert set(ds.column_names) >= {"text", "labels", "label_vector"}

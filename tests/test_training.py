@@ -1,0 +1,285 @@
+"""Extractor training, merge and the shared rendering path, on tiny models on CPU."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from data_gen.sources import load
+from memdistill.config import ConfigError, load_config
+from memspec import SCHEMA_VERSION, extraction, query_parse
+from memspec.dialogue import windows
+from memspec.render import prompt_ids, sft_row
+from tests.conftest import FIXTURES, REPO
+
+GOLDEN = Path(__file__).parent / "golden" / "render_hashes.json"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    from training.base_models import model_path
+    return model_path("embedded:smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory, smollm2_dir):
+    """A tiny random Qwen3 with Qwen3's real chat template (thinking on by default, like the 4B)."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from trl.chat_template_utils import qwen3_chat_template
+
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    tok.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
+    tok.chat_template = qwen3_chat_template
+    # Qwen's pre-tokenizer keeps a newline run in one piece (GPT-2's splits off its last character), so
+    # "</think>\n\n" tokenizes alike before a completion and at the end of a generation prompt.
+    from tokenizers import Regex, pre_tokenizers
+    qwen_split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(qwen_split), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def _rows():
+    """SFT rows from the LoCoMo fixture: a few hand-made gold records and one query row."""
+    conv = load("locomo", FIXTURES / "locomo_sample.json")[0]
+    rows = []
+    for w in windows(conv, 8, 2)[:3]:
+        n, t = w.extractable()[0]
+        rec = extraction.MemoryRecord(source_id=n, source_speaker=t.speaker, content=f"{t.speaker} said: {t.text[:60]}",
+                                      dimension=extraction.Dimension(memory_type="episodic", time=t.timestamp.date().isoformat(),
+                                                                     keywords=[t.speaker.lower()]))
+        rows.append(sft_row(extraction.chat_messages(w), extraction.render_completion([rec]), task="extraction",
+                            schema_version=SCHEMA_VERSION, conversation_id=conv.conversation_id))
+    qa = query_parse.QueryAnalysis(query_anchor="When Caroline went to the support group", need_assistant_context=False,
+                                   dimension=query_parse.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
+                                   answer_dim="time")
+    rows.append(sft_row(query_parse.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
+                        query_parse.render_completion(qa), task="query_parse", schema_version=SCHEMA_VERSION,
+                        conversation_id=conv.conversation_id))
+    return rows
+
+
+@pytest.fixture
+def train_file(tmp_path):
+    p = tmp_path / "train.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in _rows() * 2))
+    return str(p)
+
+
+def _cfg(model, train_file, out, **kw):
+    from training.extractor import ExtractorConfig
+    base = dict(model=model, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-2,
+                max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=1024,
+                dtype="float32", gradient_checkpointing=False, logging_steps=1, save_steps=100, lora_r=4, lora_alpha=8)
+    base.update(kw)
+    return ExtractorConfig(**base)
+
+
+@pytest.mark.parametrize("which", ["tiny_qwen3_dir", "smollm2_dir"])
+def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
+    from training.extractor import build_trainer
+    model_dir = request.getfixturevalue(which)
+    cfg = _cfg(model_dir, train_file, tmp_path / "run", max_steps=2 if which == "smollm2_dir" else 3)
+    trainer = build_trainer(cfg)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    trainer.train()
+    changed_lora = unchanged_base = 0
+    for k, v in trainer.model.named_parameters():
+        same = torch.equal(before[k], v.detach())
+        if "lora_" in k:
+            changed_lora += not same
+        else:
+            assert same, f"base weight {k} changed"
+            unchanged_base += 1
+    assert changed_lora > 0 and unchanged_base > 0
+    names = [k for k, _ in trainer.model.named_parameters() if "lora_" in k]
+    assert not any("embed" in k or "lm_head" in k for k in names)
+
+
+def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir, train_file, tmp_path):
+    """The prompt part of every tokenized training row is exactly what serving renders for it."""
+    from transformers import AutoTokenizer
+    from training.extractor import build_trainer
+    for model_dir in (tiny_qwen3_dir, smollm2_dir):
+        trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / Path(model_dir).name))
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        rows = [json.loads(x) for x in Path(train_file).read_text().splitlines()]
+        for row, tokenized in zip(rows, trainer.train_dataset):
+            served = prompt_ids(tok, row["prompt"])
+            n_prompt = next(i for i, lab in enumerate(tokenized["labels"]) if lab != -100)  # loss starts here
+            assert tokenized["input_ids"][:n_prompt] == served
+            completion = tok.decode(tokenized["input_ids"][n_prompt:])
+            assert row["completion"][0]["content"] in completion and completion.rstrip().endswith(tok.eos_token)
+        if model_dir == tiny_qwen3_dir:  # thinking is off in both paths
+            text = tok.decode(served)
+            assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def _render_hash(model_dir, train_file, tmp_path):
+    from training.extractor import build_trainer
+    trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / "h"))
+    h = hashlib.sha256()
+    for r in trainer.train_dataset:
+        h.update(json.dumps([r["input_ids"], r["labels"]]).encode())
+    return h.hexdigest()
+
+
+def test_rendered_rows_match_golden_hash(smollm2_dir, tiny_qwen3_dir, train_file, tmp_path):
+    """Template, prompt or completion-format drift changes these hashes. After an intended change, bump
+    memspec.SCHEMA_VERSION and regenerate with UPDATE_GOLDEN=1."""
+    got = {"smollm2": _render_hash(smollm2_dir, train_file, tmp_path), "tiny_qwen3": _render_hash(tiny_qwen3_dir, train_file, tmp_path)}
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **got}, indent=1) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert want["schema_version"] == SCHEMA_VERSION
+    assert got == {k: want[k] for k in got}
+
+
+def test_merge_logits_equal_base_plus_adapter(tiny_qwen3_dir, train_file, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from training.extractor import train
+    from training.merge import MergeConfig, merge
+
+    run = tmp_path / "run"
+    summary = train(_cfg(tiny_qwen3_dir, train_file, run))
+    assert summary["steps"] == 3 and (run / "loss.png").stat().st_size > 1000
+    assert {"tokens_per_s", "peak_memory_mb", "final_loss", "wall_time_s"} <= set(summary)
+    out = merge(MergeConfig(run_dir=str(run), output_dir=str(tmp_path / "merged")))
+    assert (out / "model.safetensors").exists() and (out / "adapter" / "adapter_model.safetensors").exists()
+    assert (out / "chat_template.jinja").exists() and "schema" in (out / "README.md").read_text()
+    tok = AutoTokenizer.from_pretrained(out)
+    assert GenerationConfig.from_pretrained(out).eos_token_id == tok.eos_token_id
+    ids = torch.tensor([tok("Hey Mel! I went to a support group yesterday.")["input_ids"]])
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    ref = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_qwen3_dir), run / "adapter").eval()
+    base = AutoModelForCausalLM.from_pretrained(tiny_qwen3_dir).eval()
+    with torch.no_grad():
+        a, b, c = merged(ids).logits, ref(ids).logits, base(ids).logits
+    assert torch.allclose(a, b, atol=1e-4)
+    assert not torch.allclose(a, c, atol=1e-4)  # the adapter did something
+
+
+def test_schema_version_mismatch_is_refused(tiny_qwen3_dir, tmp_path):
+    from training.extractor import build_trainer
+    p = tmp_path / "old.jsonl"
+    row = dict(_rows()[0], schema_version="0.1")
+    p.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=r"old.jsonl:1: schema_version '0.1'"):
+        build_trainer(_cfg(tiny_qwen3_dir, str(p), tmp_path / "r"))
+
+
+def test_lora_on_embeddings_is_refused(tiny_qwen3_dir, train_file, tmp_path):
+    from training.extractor import validate
+    with pytest.raises(ValueError, match="embeddings or lm_head"):
+        validate(_cfg(tiny_qwen3_dir, train_file, tmp_path, target_modules=["q_proj", "lm_head"]))
+
+
+def test_every_yaml_loads_into_its_dataclass():
+    from accelerate.commands.config.config_args import ClusterConfig
+    from data_gen.build import DataConfig
+    from eval.extractor_eval import EvalConfig
+    from training.extractor import ExtractorConfig, validate
+    from training.merge import MergeConfig
+
+    kinds = {"extractor_": ExtractorConfig, "merge_": MergeConfig}
+    seen = 0
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        rel = path.relative_to(REPO / "configs")
+        assert path.read_text().startswith("#"), f"{rel}: needs a header saying how to run it"
+        if rel.parts[0] == "accelerate":
+            ClusterConfig.from_yaml_file(str(path))
+        elif rel.parts[0] == "data_gen":
+            load_config(DataConfig, path)
+        elif rel.parts[0] == "eval":
+            load_config(EvalConfig, path)
+        else:
+            cls = next(c for prefix, c in kinds.items() if rel.name.startswith(prefix))
+            cfg = load_config(cls, path)
+            if cls is ExtractorConfig:
+                validate(cfg)
+        seen += 1
+    assert seen >= 8
+
+
+def test_config_errors_name_the_key(tmp_path):
+    from training.extractor import ExtractorConfig
+    p = tmp_path / "c.yaml"
+    p.write_text("model: x\nlearning_rat: 1e-4\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown key 'learning_rat'"):
+        load_config(ExtractorConfig, p)
+    with pytest.raises(ConfigError, match="unknown key 'nope'"):
+        load_config(ExtractorConfig, None, ["nope=1"])
+    with pytest.raises(ConfigError, match="max_steps should be int"):
+        load_config(ExtractorConfig, None, ["max_steps=many"])
+    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", ["max_steps=7", "learning_rate=1e-3"])
+    assert cfg.max_steps == 7 and cfg.learning_rate == 1e-3
+
+
+def test_gpu_recipe_runs_the_same_code_on_a_tiny_qwen3(tiny_qwen3_dir, train_file, tmp_path):
+    """The Qwen3-4B YAML, with only the model and data swapped for tiny ones, builds and steps."""
+    from training.extractor import ExtractorConfig, build_trainer
+    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b.yaml",
+                      [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
+                       f"output_dir={tmp_path / 'gpu'}", "max_steps=1"])
+    assert cfg.gradient_checkpointing and cfg.dtype == "bfloat16" and cfg.max_length == 12288
+    trainer = build_trainer(cfg)
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="QLoRA (bitsandbytes 4-bit) needs a CUDA device")
+def test_qlora_variant_on_gpu(tiny_qwen3_dir, train_file, tmp_path):
+    from training.extractor import ExtractorConfig, build_trainer
+    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b_qlora.yaml",
+                      [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
+                       f"output_dir={tmp_path / 'q'}", "max_steps=2"])
+    trainer = build_trainer(cfg)
+    trainer.train()
+    assert any("lora_" in k for k, _ in trainer.model.named_parameters())
+
+
+def test_killed_run_resumes_from_its_checkpoint(tiny_qwen3_dir, train_file, tmp_path):
+    out = tmp_path / "resume"
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(dict(
+        model=tiny_qwen3_dir, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-3,
+        max_steps=40, per_device_train_batch_size=1, gradient_accumulation_steps=1, max_length=1024, dtype="float32",
+        gradient_checkpointing=False, logging_steps=1, save_steps=5, save_total_limit=10, lora_r=4, lora_alpha=8)))
+    cmd = [sys.executable, "-m", "training.extractor", "--config", str(cfg_path)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (out / "checkpoint-5" / "trainer_state.json").exists():
+        assert proc.poll() is None, "training ended before its first checkpoint"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "summary.json").exists(), "the run finished before it could be killed"
+    done = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists())
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from"].endswith(f"checkpoint-{done[-1]}") and summary["steps"] == 40
+    state = json.loads((out / "checkpoint-40" / "trainer_state.json").read_text())
+    steps_logged = [h["step"] for h in state["log_history"] if "loss" in h]
+    assert steps_logged == list(range(1, 41))  # history continues from the checkpoint, no gap, no repeat
