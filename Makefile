@@ -6,7 +6,9 @@
 #   make data            build every training set from the gold corpus (data/built)
 #   make train-extractor train the embedded-default extractor (SmolLM2-135M + LoRA, CPU)
 #   make merge           merge its adapter into a vLLM-servable directory
+#   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            untrained base vs merged extractor on the gold test split (report in runs/eval)
+#   make bench           benchmarks, each printed as ratios measured side by side in one run
 #   make lock            re-pin constraints-cpu.txt from the current venv
 # Override a job's config: make train-extractor TRAIN_CONFIG=configs/training/extractor_qwen3_4b.yaml ARGS="max_steps=10"
 SHELL := /bin/bash
@@ -17,9 +19,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: setup models test check-seed data train-extractor merge eval lock
+.PHONY: setup models test check-seed data train-extractor merge serve eval bench lock
 DATA_CONFIG ?= configs/data_gen/seed.yaml
 TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
+SERVE_CONFIG ?= configs/serving/cpu.yaml
 MERGE_CONFIG ?= configs/training/merge_cpu.yaml
 EVAL_CONFIG ?= configs/eval/extractor_cpu.yaml
 
@@ -44,8 +47,14 @@ train-extractor: setup models data
 merge: setup models
 	$(PY) -m memdistill merge --config $(MERGE_CONFIG) $(ARGS)
 
+serve: setup models
+	$(PY) -m memdistill serve --config $(SERVE_CONFIG) $(ARGS)
+
 eval: setup models data
 	$(PY) -m memdistill eval --config $(EVAL_CONFIG) $(ARGS)
+
+bench: setup models data
+	$(PY) -m eval.bench $(ARGS)
 
 lock: setup
 	@( echo "# Pinned versions for the CPU venv (make setup). Regenerate: make lock"; \

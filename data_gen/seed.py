@@ -171,17 +171,23 @@ def _check_conversations(seed: Seed, rep: Report):
                     rep.errors.append(f"{where}: turn {t.turn_id} speaker {t.speaker!r} not in speakers {c.speakers}")
 
 
-def _check_memories(seed: Seed, rep: Report):
+def _numbered(rows: list[dict], file: str, id_key: str, rep: Report):
+    """(where, row) for each row, where = "file:line (id)"; repeated ids are reported."""
     seen = set()
-    for k, m in enumerate(seed.memories, 1):
-        where = f"memories.jsonl:{k} ({m.get('memory_id')})"
+    for k, row in enumerate(rows, 1):
+        where = f"{file}:{k} ({row.get(id_key)})"
+        if row.get(id_key) in seen:
+            rep.errors.append(f"{where}: duplicate {id_key}")
+        seen.add(row.get(id_key))
+        yield where, row
+
+
+def _check_memories(seed: Seed, rep: Report):
+    for where, m in _numbered(seed.memories, "memories.jsonl", "memory_id", rep):
         missing = {"memory_id", "conversation_id", "source_turn_id", "content", "dimension"} - set(m)
         if missing:
             rep.errors.append(f"{where}: missing {sorted(missing)}")
             continue
-        if m["memory_id"] in seen:
-            rep.errors.append(f"{where}: duplicate memory_id")
-        seen.add(m["memory_id"])
         conv = seed.conversations.get(m["conversation_id"])
         if conv is None:
             rep.errors.append(f"{where}: unknown conversation {m['conversation_id']!r}")
@@ -208,12 +214,7 @@ def _check_memories(seed: Seed, rep: Report):
 
 
 def _check_types(seed: Seed, rep: Report):
-    seen = set()
-    for k, s in enumerate(seed.types, 1):
-        where = f"types.jsonl:{k} ({s.get('snippet_id')})"
-        if s.get("snippet_id") in seen:
-            rep.errors.append(f"{where}: duplicate snippet_id")
-        seen.add(s.get("snippet_id"))
+    for where, s in _numbered(seed.types, "types.jsonl", "snippet_id", rep):
         labels = s.get("labels")
         if not isinstance(labels, list) or any(lab not in memory_type.LABELS for lab in labels) or len(set(labels)) != len(labels):
             rep.errors.append(f"{where}: labels {labels!r} must be distinct items of {memory_type.LABELS}")
@@ -242,12 +243,7 @@ def _check_types(seed: Seed, rep: Report):
 
 def _check_questions(seed: Seed, rep: Report):
     mem_conv = {m["memory_id"]: m["conversation_id"] for m in seed.memories}
-    seen = set()
-    for k, q in enumerate(seed.questions, 1):
-        where = f"questions.jsonl:{k} ({q.get('question_id')})"
-        if q.get("question_id") in seen:
-            rep.errors.append(f"{where}: duplicate question_id")
-        seen.add(q.get("question_id"))
+    for where, q in _numbered(seed.questions, "questions.jsonl", "question_id", rep):
         conv = seed.conversations.get(q.get("conversation_id"))
         if conv is None:
             rep.errors.append(f"{where}: unknown conversation {q.get('conversation_id')!r}")
@@ -281,8 +277,7 @@ def _check_questions(seed: Seed, rep: Report):
 
 def _check_gate(seed: Seed, rep: Report):
     mem = {m["memory_id"]: m for m in seed.memories}
-    for k, g in enumerate(seed.gate, 1):
-        where = f"gate.jsonl:{k} ({g.get('gate_id')})"
+    for where, g in _numbered(seed.gate, "gate.jsonl", "gate_id", rep):
         cands = g.get("candidates") or []
         if not GATE_CANDIDATES[0] <= len(cands) <= GATE_CANDIDATES[1]:
             rep.errors.append(f"{where}: {len(cands)} candidates, need {GATE_CANDIDATES[0]}-{GATE_CANDIDATES[1]}")

@@ -9,7 +9,6 @@ The run directory gets metrics.json, outputs.jsonl (every raw output), report.md
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,7 +19,7 @@ from tqdm import tqdm
 
 from data_gen import seed as seedlib
 from eval.extraction_metrics import DEFAULT_THRESHOLD, Embedder, ExtractionScores, keyword_f1
-from memdistill.config import load_config
+from memdistill.config import job_config
 from memspec import extraction, query_parse
 from memspec.dialogue import windows
 
@@ -118,6 +117,11 @@ def run(cfg: EvalConfig) -> Path:
     (out / "metrics.json").write_text(json.dumps({"split": cfg.split, "windows": len(wins), "questions": len(qs),
                                                   "results": results}, indent=1))
     write_report(out, results, cfg, len(wins), len(qs))
+    from training.merge import write_card
+    for r in results.values():  # merged models carry their latest figures in their model card
+        if (Path(r["model"]) / "memdistill.json").exists():
+            write_card(r["model"], {"split": cfg.split, "source": str(out / "metrics.json"),
+                                    "extraction": r["extraction"], "query_parse": r["query_parse"]})
     return out
 
 
@@ -160,11 +164,7 @@ def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_qu
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="memdistill eval", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config")
-    p.add_argument("overrides", nargs="*")
-    a = p.parse_args(argv)
-    out = run(load_config(EvalConfig, a.config, a.overrides))
+    out = run(job_config(EvalConfig, argv, "memdistill eval", __doc__))
     print((out / "report.md").read_text())
     print(f"\nreport: {out / 'report.md'}")
     return 0

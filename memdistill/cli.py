@@ -8,6 +8,7 @@
   memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
   memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
   memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
+  memdistill serve --config configs/serving/cpu.yaml [key=value ...]
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = [("data", "build training sets (gold corpus or teacher labels)", _data),
             ("merge", "merge a trained adapter and export a servable model", _job("training.merge")),
-            ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval"))]
+            ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval")),
+            ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("serving.server"))]
     for name, help_, func in jobs:
         j = sub.add_parser(name, help=help_)
         j.add_argument("--config")

@@ -71,3 +71,14 @@ def load_config(cls, path=None, overrides=(), base: dict | None = None):
     if missing:
         raise ConfigError(f"{path or 'config'}: missing required key(s) {missing} for {cls.__name__}")
     return cls(**values)
+
+
+def job_config(cls, argv, prog: str, doc: str, config_required: bool = False):
+    """The command line every job shares: `--config FILE` then `key=value` overrides."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    p.add_argument("--config", required=config_required)
+    p.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
+    a = p.parse_args(argv)
+    return load_config(cls, a.config, a.overrides)

@@ -184,8 +184,8 @@ STYLE_RULES = {
                       "facts the user may want recalled. Write 'the user' and 'the assistant' in content.",
 }
 
-STUDENT_SYSTEM = f"""\
-Extract long-term memories as JSON: {{"memories": [{{"source_id": N, "source_speaker": "", "content": "", "dimension": {{"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}}}]}}
+STUDENT_SYSTEM = """\
+Extract long-term memories as JSON: {"memories": [{"source_id": N, "source_speaker": "", "content": "", "dimension": {"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}]}
 One self-contained sentence per fact, event or trait. time: YYYY-MM-DD, YYYY-MM, YYYY or START/END, resolved
 against the message date. Skip filler and context messages."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -170,7 +169,7 @@ def parse(raw: str | None) -> ParseResult:
     return res
 
 
-def time_range(qt: str, question_date: datetime | None = None):
+def time_range(qt: str):
     """(first day, last day) a query time constraint admits, open ends as None; None for ""."""
     from memspec.extraction import time_bounds
     if not qt:

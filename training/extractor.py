@@ -12,9 +12,7 @@ from it when started again with the same output_dir. The run leaves `adapter/`, 
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import resource
 import sys
@@ -22,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from memdistill.config import load_config
+from memdistill.config import job_config, load_config
 from memspec import SCHEMA_VERSION
 
 DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -223,12 +221,7 @@ def write_run_report(trainer, cfg, wall: float, result, resumed_from=None) -> di
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="memdistill train extractor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True)
-    p.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
-    a = p.parse_args(argv)
-    cfg = load_config(ExtractorConfig, a.config, a.overrides)
-    summary = train(cfg)
+    summary = train(job_config(ExtractorConfig, argv, "memdistill train extractor", __doc__, config_required=True))
     print(json.dumps(summary, indent=1))
     return 0
 

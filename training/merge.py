@@ -9,14 +9,13 @@ whose eos is the tokenizer's, a model card (README.md) and a copy of the adapter
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memdistill.config import load_config
+from memdistill.config import job_config
 from memspec import SCHEMA_VERSION
 
 
@@ -25,7 +24,6 @@ class MergeConfig:
     run_dir: str = "runs/extractor-cpu"  # a training output_dir (holds adapter/ and summary.json)
     output_dir: str = "runs/extractor-cpu/merged"
     dtype: str = "float32"  # bfloat16 on GPU
-    eval_report: str | None = None  # a metrics JSON from `memdistill eval` to quote in the card
 
 
 def merge(cfg: MergeConfig) -> Path:
@@ -61,15 +59,24 @@ def merge(cfg: MergeConfig) -> Path:
         setattr(gen, k, None)
     gen.save_pretrained(tmp)
     shutil.copytree(adapter, tmp / "adapter")
-    (tmp / "README.md").write_text(model_card(meta, run, cfg))
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    (tmp / "memdistill.json").write_text(json.dumps({**meta, "training_summary": summary}, indent=1))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    write_card(out)  # `memdistill eval` rewrites it with its figures
     return out
 
 
-def model_card(meta: dict, run: Path, cfg: MergeConfig) -> str:
+def write_card(model_dir, evaluation: dict | None = None) -> None:
+    """(Re)write a merged model's README.md; `memdistill eval` calls this with its figures."""
+    model_dir = Path(model_dir)
+    meta = json.loads((model_dir / "memdistill.json").read_text())
+    (model_dir / "README.md").write_text(model_card(meta, evaluation))
+
+
+def model_card(meta: dict, evaluation: dict | None) -> str:
     c = meta["config"]
-    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    summary = meta.get("training_summary") or {}
     lines = [
         "---", "library_name: transformers", "tags: [memdistill, lora, memory-extraction, dimmem]", "---", "",
         "# memdistill extractor", "",
@@ -88,9 +95,11 @@ def model_card(meta: dict, run: Path, cfg: MergeConfig) -> str:
                   f"{summary.get('wall_time_s')} s wall, {summary.get('tokens_per_s')} tokens/s, "
                   f"peak memory {summary.get('peak_memory_mb')} MB"]
     lines += ["", "## Evaluation", ""]
-    if cfg.eval_report and Path(cfg.eval_report).exists():
-        rep = json.loads(Path(cfg.eval_report).read_text())
-        lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rep.items() if not isinstance(v, (dict, list))]
+    if evaluation:
+        lines.append(f"On the gold {evaluation.get('split', 'test')} split ({evaluation.get('source', '')}):")
+        lines += ["", "| metric | value |", "|---|---|"]
+        for group in ("extraction", "query_parse"):
+            lines += [f"| {group}.{k} | {v} |" for k, v in evaluation.get(group, {}).items()]
     else:
         lines.append("Not evaluated yet: run `make eval`.")
     lines += ["", "## Serving", "", "`make serve` (vLLM OpenAI-compatible server, thinking off by default); "
@@ -99,12 +108,7 @@ def model_card(meta: dict, run: Path, cfg: MergeConfig) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="memdistill merge", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config")
-    p.add_argument("overrides", nargs="*")
-    a = p.parse_args(argv)
-    out = merge(load_config(MergeConfig, a.config, a.overrides))
-    print(out)
+    print(merge(job_config(MergeConfig, argv, "memdistill merge", __doc__)))
     return 0
 
 

@@ -1,0 +1,165 @@
+"""Benchmarks: every section measures its alternatives side by side in one run and reports ratios
+(these machines are noisy, so only ratios from the same run mean anything).
+
+  make bench                       (= python -m eval.bench)
+  python -m eval.bench --sections training --steps 6
+
+Sections:
+- training: extractor SFT tokens/s with padding-free batches against padded batches on the CPU
+  default (same rows, same batch size, alternating runs), and the share of padding in each.
+- serving: N concurrent extraction requests against a live vLLM server (throughput, p50/p95 latency,
+  errors) and the same windows through HF transformers `generate` on the same model (ratio); prompt
+  tokens per window with the student prompt against the teacher prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: int):
+    from memdistill.config import load_config
+    from training.extractor import ExtractorConfig, build_trainer
+
+    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", [
+        f"train_file={rows_file}", "eval_file=null", f"output_dir={out}", f"max_steps={steps}",
+        f"per_device_train_batch_size={batch}", "gradient_accumulation_steps=1", f"padding_free={str(padding_free).lower()}",
+        "save_steps=100000", "logging_steps=1", "max_length=1024"])
+    return build_trainer(cfg)
+
+
+def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict]:
+    """Padded vs padding-free SFT on the same rows; tokens are the real (non-pad) tokens trained on."""
+    import tempfile
+
+    src = REPO / "data/built/extractor/train.jsonl"
+    if not src.exists():
+        raise FileNotFoundError(f"{src}: run `make data` first")
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    rows = [r for r in rows if r["task"] == "extraction"][: steps * batch]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    rows_file = tmp / "rows.jsonl"
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    totals = {False: [0.0, 0, 0], True: [0.0, 0, 0]}  # seconds, real tokens, padded slots
+    for k in range(rounds):
+        for pf in ((False, True) if k % 2 == 0 else (True, False)):  # alternate order against drift
+            tr = _trainer(pf, str(rows_file), tmp / f"run-{pf}-{k}", steps, batch)
+            lengths = [len(x["input_ids"]) for x in tr.train_dataset]
+            t0 = time.time()
+            tr.train()
+            dt = time.time() - t0
+            batches = [lengths[i:i + batch] for i in range(0, len(lengths), batch)][:steps]
+            real = sum(sum(b) for b in batches)
+            slots = real if pf else sum(max(b) * len(b) for b in batches)
+            totals[pf][0] += dt
+            totals[pf][1] += real
+            totals[pf][2] += slots
+    out = []
+    for pf, (dt, real, slots) in totals.items():
+        out.append({"section": "training", "variant": "padding-free" if pf else "padded",
+                    "tokens_per_s": round(real / dt, 1), "padding_share": round(1 - real / slots, 3),
+                    "seconds": round(dt, 1)})
+    out.append({"section": "training", "variant": "ratio padding-free / padded",
+                "tokens_per_s": round(out[1]["tokens_per_s"] / out[0]["tokens_per_s"], 2)})
+    return out
+
+
+def _windows(n: int):
+    from data_gen import seed as seedlib
+    from memspec.dialogue import windows
+    seed = seedlib.load(REPO / "data" / "seed")
+    out = []
+    for cid, conv in seed.conversations.items():
+        if seed.split[cid] == "test":
+            out += windows(conv, *((6, 1) if conv.style == "multi-party" else (4, 1)))
+    return out[:n]
+
+
+def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 192) -> list[dict]:
+    import statistics
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eval.generate import HFGenerator
+    from memdistill.config import load_config
+    from memspec import extraction
+    from serving.client import MemoryModels
+    from serving.server import Servers, ServeConfig, free_port
+
+    wins = _windows(requests)
+    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}", "max_model_len=4096"])
+    rows = []
+    with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
+        mm = MemoryModels(f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0)
+        schema = extraction.json_schema()
+        latencies, errors, out_tokens = [], 0, 0
+
+        def one(w):
+            t = time.time()
+            try:
+                _, _, ct = mm.chat(extraction.chat_messages(w), schema, "memories")
+                return time.time() - t, ct, None
+            except Exception as e:  # counted, reported: a benchmark must not hide failures
+                return time.time() - t, 0, e
+
+        t0 = time.time()
+        with ThreadPoolExecutor(concurrency) as pool:
+            for lat, ct, err in pool.map(one, wins):
+                latencies.append(lat)
+                out_tokens += ct
+                errors += err is not None
+        served_s = time.time() - t0
+        model = servers.model
+    lat = sorted(latencies)
+    rows.append({"section": "serving", "variant": f"vLLM, {concurrency} concurrent", "windows_per_s": round(len(wins) / served_s, 3),
+                 "p50_s": round(statistics.median(lat), 2), "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
+                 "errors": errors, "seconds": round(served_s, 1), "output_tokens": out_tokens})
+    gen = HFGenerator(model)
+    t0 = time.time()
+    outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=max_tokens, batch_size=concurrency)
+    hf_s = time.time() - t0
+    rows.append({"section": "serving", "variant": f"HF generate, batch {concurrency}", "windows_per_s": round(len(wins) / hf_s, 3),
+                 "seconds": round(hf_s, 1), "output_tokens": sum(o.output_tokens for o in outs)})
+    rows.append({"section": "serving", "variant": "ratio vLLM / HF (windows/s)",
+                 "windows_per_s": round(rows[0]["windows_per_s"] / rows[1]["windows_per_s"], 2)})
+    from memspec.render import prompt_ids
+    student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w))) for w in wins)
+    teacher = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w, "teacher", "multi-party"))) for w in wins)
+    rows.append({"section": "serving", "variant": "prompt tokens/window: student", "tokens": round(student, 1)})
+    rows.append({"section": "serving", "variant": "prompt tokens/window: teacher", "tokens": round(teacher, 1)})
+    rows.append({"section": "serving", "variant": "ratio student / teacher prompt", "tokens": round(student / teacher, 2)})
+    return rows
+
+
+SECTIONS = {"training": bench_training, "serving": bench_serving}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="memdistill bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sections", nargs="*", default=list(SECTIONS), choices=list(SECTIONS))
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--out", default="runs/bench")
+    a = p.parse_args(argv)
+    results = []
+    for name in a.sections:
+        results += SECTIONS[name](steps=a.steps) if name == "training" else SECTIONS[name]()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=1))
+    keys = list(dict.fromkeys(k for r in results for k in r))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in results]
+    table = "\n".join(lines)
+    (out / "bench.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

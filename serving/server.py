@@ -1,0 +1,188 @@
+"""Serve the compact models with vLLM's OpenAI-compatible server.
+
+  memdistill serve --config configs/serving/cpu.yaml [key=value ...]        (make serve)
+
+Starts one vLLM server per replica for the extractor (chat completions; thinking off by default in the
+chat template kwargs), waits until every endpoint answers /health, prints the endpoints and stops them
+all cleanly on Ctrl-C. With nothing trained yet it serves the embedded default model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from memdistill.config import job_config
+from memspec.render import CHAT_TEMPLATE_KWARGS
+
+
+@dataclass
+class ServeConfig:
+    # The merged extractor if it exists, else this fallback (the untrained embedded default).
+    extractor: str = "runs/extractor-cpu/merged"
+    fallback_extractor: str = "embedded:smollm2-135m-instruct"
+    served_model_name: str = "memdistill-extractor"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    replicas: int = 1  # independent servers on port, port+1, ...; the client balances across them
+    api_key_env: str | None = None  # name of an environment variable holding the API key (never the key)
+    max_model_len: int = 4096  # must fit the longest window prompt + max output tokens
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    dtype: str = "auto"
+    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE on CPU
+    gpu_memory_utilization: float = 0.9
+    enable_lora: bool = False  # serve the base with the adapter as a LoRA module instead of the merged weights
+    extra_args: list = field(default_factory=list)
+    startup_timeout_s: int = 600
+
+
+def resolve_extractor(cfg: ServeConfig) -> str:
+    from training.base_models import model_path
+    p = Path(cfg.extractor)
+    if (p / "config.json").exists():
+        return str(p)
+    print(f"[serve] {cfg.extractor} has no trained model yet: serving {cfg.fallback_extractor}", file=sys.stderr)
+    return model_path(cfg.fallback_extractor)
+
+
+def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
+           "--served-model-name", cfg.served_model_name, "--max-model-len", str(cfg.max_model_len),
+           "--dtype", cfg.dtype, "--default-chat-template-kwargs", json.dumps(CHAT_TEMPLATE_KWARGS),
+           "--generation-config", "vllm"]
+    if cfg.enable_lora and (Path(model) / "adapter").exists():
+        meta = json.loads((Path(model) / "memdistill.json").read_text())
+        from training.base_models import model_path
+        cmd += ["--model", model_path(meta["base_model"]), "--enable-lora",
+                "--lora-modules", f"{cfg.served_model_name}-lora={Path(model) / 'adapter'}"]
+    else:
+        cmd += ["--model", model]
+    if cfg.tensor_parallel_size > 1:
+        cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+    if cfg.data_parallel_size > 1:
+        cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
+    if _has_gpu():
+        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    return cmd + [str(a) for a in cfg.extra_args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (tests and benchmarks start private servers)."""
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _env(cfg: ServeConfig) -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
+    if cfg.api_key_env:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise ValueError(f"api_key_env={cfg.api_key_env}: that environment variable is not set")
+        env["VLLM_API_KEY"] = key  # vLLM reads it; the key never appears on a command line
+    return env
+
+
+def wait_healthy(urls: list[str], procs: list[subprocess.Popen], timeout: float) -> None:
+    deadline = time.time() + timeout
+    pending = set(urls)
+    while pending:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a vLLM server exited with code {p.returncode} during start-up; see its log above")
+        for u in list(pending):
+            try:
+                if httpx.get(f"{u}/health", timeout=2).status_code == 200:
+                    pending.discard(u)
+            except httpx.HTTPError:
+                pass
+        if time.time() > deadline:
+            raise TimeoutError(f"not healthy after {timeout:.0f}s: {sorted(pending)}")
+        time.sleep(1)
+
+
+class Servers:
+    """Start the configured servers; usable as a context manager (tests) or until Ctrl-C (CLI)."""
+
+    def __init__(self, cfg: ServeConfig, log_dir: str | None = None):
+        self.cfg = cfg
+        self.model = resolve_extractor(cfg)
+        self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)]
+        self.procs: list[subprocess.Popen] = []
+        self.log_dir = Path(log_dir) if log_dir else None
+
+    def start(self) -> "Servers":
+        env = _env(self.cfg)
+        for i, url in enumerate(self.urls):
+            out = None
+            if self.log_dir:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                out = open(self.log_dir / f"vllm-{i}.log", "w")
+            self.procs.append(subprocess.Popen(vllm_command(self.cfg, self.model, self.cfg.port + i), env=env,
+                                               stdout=out, stderr=subprocess.STDOUT if out else None,
+                                               start_new_session=True))
+        try:
+            wait_healthy(self.urls, self.procs, self.cfg.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def main(argv=None) -> int:
+    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__))
+    servers.start()
+    print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
+    for u in servers.urls:
+        print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")
+    print("[serve] Ctrl-C stops every server")
+    try:
+        while all(proc.poll() is None for proc in servers.procs):
+            time.sleep(1)
+        print("[serve] a server exited; stopping the others", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("[serve] stopping", file=sys.stderr)
+        return 0
+    finally:
+        servers.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

