@@ -33,8 +33,12 @@ class EvalConfig:
     windows: dict = field(default_factory=lambda: {"multi-party": [6, 1], "user-assistant": [4, 1]})
     max_windows: int | None = None
     max_questions: int | None = None
-    max_new_tokens: int = 768
-    batch_size: int = 8
+    max_new_tokens: int = 768  # extraction; query analysis gets query_max_new_tokens
+    query_max_new_tokens: int = 256
+    batch_size: int = 8  # hf backend
+    backend: str = "vllm"  # vllm (a private server per model, several times faster on CPU) or hf (in-process)
+    structured: bool = False  # constrain decoding to memspec's JSON Schema (vllm backend); off measures the model itself
+    concurrency: int = 16  # vllm backend
     similarity: str = "embedding"  # or token_f1
     threshold: float | None = None  # default per similarity (eval.extraction_metrics.DEFAULT_THRESHOLD)
     output_dir: str = "runs/eval"
@@ -73,14 +77,30 @@ def score_queries(outputs: list[str], questions: list[dict]) -> dict:
             "target_type_exact": d(types), "keyword_f1": d(kw), "time_exact": d(time_ok)}
 
 
-def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder, generator=None) -> tuple[dict, list[dict]]:
-    from eval.generate import HFGenerator
+def _generate(model: str, cfg: EvalConfig, wins, qs):
+    from eval.generate import HFGenerator, VLLMGenerator
 
-    gen = generator or HFGenerator(model, cfg.dtype)
+    jobs = [([extraction.chat_messages(w) for w in wins], cfg.max_new_tokens, extraction.json_schema()),
+            ([query_parse.chat_messages(q["question"], q["question_date"]) for q in qs], cfg.query_max_new_tokens,
+             query_parse.json_schema())]
+    outs = []
+    with tqdm(total=len(wins) + len(qs), desc=f"generate {Path(model).name}", unit="prompt") as bar:
+        if cfg.backend == "vllm":
+            with VLLMGenerator(model, cfg.structured, cfg.concurrency) as gen:
+                for chats, max_new, schema in jobs:
+                    outs += gen(chats, max_new, progress=bar, schemas=[schema] * len(chats))
+        elif cfg.backend == "hf":
+            gen = HFGenerator(model, cfg.dtype)
+            for chats, max_new, _ in jobs:
+                outs += gen(chats, max_new, cfg.batch_size, progress=bar)
+        else:
+            raise ValueError(f"backend {cfg.backend!r}: expected vllm or hf")
+    return outs
+
+
+def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tuple[dict, list[dict]]:
     t0 = time.time()
-    chats = [extraction.chat_messages(w) for w in wins] + [query_parse.chat_messages(q["question"], q["question_date"]) for q in qs]
-    with tqdm(total=len(chats), desc=f"generate {Path(model).name}", unit="prompt") as bar:
-        outs = gen(chats, cfg.max_new_tokens, cfg.batch_size, progress=bar)
+    outs = _generate(model, cfg, wins, qs)
     gen_time = time.time() - t0
     threshold = cfg.threshold if cfg.threshold is not None else DEFAULT_THRESHOLD[cfg.similarity]
     scores = ExtractionScores(threshold=threshold, similarity=cfg.similarity)
