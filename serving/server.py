@@ -50,7 +50,8 @@ def resolve_extractor(cfg: ServeConfig) -> str:
     p = Path(cfg.extractor)
     if (p / "config.json").exists():
         return str(p)
-    print(f"[serve] {cfg.extractor} has no trained model yet: serving {cfg.fallback_extractor}", file=sys.stderr)
+    if cfg.extractor != cfg.fallback_extractor:
+        print(f"[serve] {cfg.extractor} has no trained model yet: serving {cfg.fallback_extractor}", file=sys.stderr)
     return model_path(cfg.fallback_extractor)
 
 
