@@ -145,6 +145,7 @@ def run(cfg: EvalConfig) -> Path:
     return out
 
 
+COUNT_COLUMNS = ["predicted", "gold", "matched"]  # per-pair rates below are over `matched` pairs only
 EXTRACTION_COLUMNS = ["json_valid_rate", "schema_valid_rate", "memory_precision", "memory_recall", "memory_f1",
                       "type_accuracy", "time_exact", "location_agreement", "reason_agreement", "purpose_agreement",
                       "keyword_f1", "overfill_rate", "source_accuracy", "prompt_tokens_per_window",
@@ -162,7 +163,8 @@ def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_qu
              f"{n_windows} windows ({cfg.windows}), {n_questions} questions. Records matched one to one by "
              f"{first['match_similarity']} similarity >= {first['match_threshold']}.", "",
              "## Extraction", "", "| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
-    lines += [f"| {c} | " + " | ".join(str(r["extraction"][c]) for r in results.values()) + " |" for c in EXTRACTION_COLUMNS]
+    lines += [f"| {c} | " + " | ".join(str(r["extraction"][c]) for r in results.values()) + " |"
+              for c in COUNT_COLUMNS + EXTRACTION_COLUMNS]
     lines += ["", "## Query analysis", "", "| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
     lines += [f"| {c} | " + " | ".join(str(r["query_parse"][c]) for r in results.values()) + " |" for c in QUERY_COLUMNS]
     lines += ["", "Generation time (s): " + ", ".join(f"{k} {v['generation_seconds']}" for k, v in results.items()), "",

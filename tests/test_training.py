@@ -198,6 +198,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from accelerate.commands.config.config_args import ClusterConfig
     from data_gen.build import DataConfig
     from eval.extractor_eval import EvalConfig
+    from serving.server import ServeConfig
     from training.extractor import ExtractorConfig, validate
     from training.merge import MergeConfig
 
@@ -212,13 +213,15 @@ def test_every_yaml_loads_into_its_dataclass():
             load_config(DataConfig, path)
         elif rel.parts[0] == "eval":
             load_config(EvalConfig, path)
+        elif rel.parts[0] == "serving":
+            load_config(ServeConfig, path)
         else:
             cls = next(c for prefix, c in kinds.items() if rel.name.startswith(prefix))
             cfg = load_config(cls, path)
             if cls is ExtractorConfig:
                 validate(cfg)
         seen += 1
-    assert seen >= 8
+    assert seen >= 13
 
 
 def test_config_errors_name_the_key(tmp_path):

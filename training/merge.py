@@ -86,7 +86,8 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
         "## Training", "",
         f"- base model: `{meta['base_model']}`",
         f"- data: `{c['train_file']}` (tasks: {', '.join(c['tasks'])})",
-        f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, targets: {', '.join(c['target_modules'])}",
+        f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, targets: {', '.join(c['target_modules'])}"
+        + (f", layers {c['layers_to_transform']}" if c.get("layers_to_transform") else ", all layers"),
         f"- lr {c['learning_rate']}, epochs {c['num_train_epochs']}, batch {c['per_device_train_batch_size']} x "
         f"accumulation {c['gradient_accumulation_steps']}, max length {c['max_length']}, dtype {c['dtype']}",
     ]
