@@ -30,7 +30,7 @@ def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: i
     cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", [
         f"train_file={rows_file}", "eval_file=null", f"output_dir={out}", f"max_steps={steps}",
         f"per_device_train_batch_size={batch}", "gradient_accumulation_steps=1", f"padding_free={str(padding_free).lower()}",
-        "save_steps=100000", "logging_steps=1", "max_length=1024"])
+        "save_steps=100000", "logging_steps=1", "max_length=null"])  # same untruncated rows in both
     return build_trainer(cfg)
 
 

@@ -55,7 +55,7 @@ class ExtractorConfig:
     warmup_steps: float = 0.03  # a fraction of all steps when < 1
     lr_scheduler_type: str = "cosine"
     weight_decay: float = 0.0
-    max_length: int = 12288
+    max_length: int | None = 12288  # None: no truncation (padding-free without packing requires it)
     dtype: str = "bfloat16"  # bfloat16 | float16 | float32
     gradient_checkpointing: bool = True
     padding_free: bool = False  # flatten a batch into one sequence (no pad tokens); needs flash-attention on GPU
