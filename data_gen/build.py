@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_gen import seed as seedlib
+from memdistill.config import job_config
 from memspec import SCHEMA_VERSION, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memspec.dialogue import WINDOW_PRESETS, windows
 from memspec.render import sft_row
@@ -165,6 +166,13 @@ def _check_no_leak(seed: seedlib.Seed, out: Path, tasks) -> None:
                     raise AssertionError(f"{p}:{line_no}: row from test conversation {cid}")
 
 
+def main(argv=None) -> int:
+    stats = build(job_config(DataConfig, argv, "memdistill data", __doc__))
+    for task, per in stats["tasks"].items():
+        print(f"{task}: " + ", ".join(f"{s} {d['rows']}" for s, d in per.items()))
+    return 0
+
+
 def _card(stats: dict) -> str:
     lines = ["# memdistill training data", "",
              f"Built by `memdistill data` from {stats['source']} (schema {stats['schema_version']}).",
@@ -176,3 +184,8 @@ def _card(stats: dict) -> str:
             lines.append(f"| {split} | {d['rows']} | {details} |")
         lines.append("")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

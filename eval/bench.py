@@ -70,17 +70,6 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
     return out
 
 
-def _windows(n: int):
-    from data_gen import seed as seedlib
-    from memspec.dialogue import windows
-    seed = seedlib.load(REPO / "data" / "seed")
-    out = []
-    for cid, conv in seed.conversations.items():
-        if seed.split[cid] == "test":
-            out += windows(conv, *((6, 1) if conv.style == "multi-party" else (4, 1)))
-    return out[:n]
-
-
 def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 192) -> list[dict]:
     import statistics
     import tempfile
@@ -92,7 +81,8 @@ def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 19
     from serving.client import MemoryModels
     from serving.server import Servers, ServeConfig, free_port
 
-    wins = _windows(requests)
+    from eval.extractor_eval import EvalConfig, test_items
+    _, wins, _ = test_items(load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"]))
     cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}", "max_model_len=4096"])
     rows = []
     with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:

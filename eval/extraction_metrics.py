@@ -108,8 +108,8 @@ def schema_valid(raw: str | None) -> bool:
 
 @dataclass
 class ExtractionScores:
-    threshold: float
-    similarity: str
+    threshold: float | None = None  # None: DEFAULT_THRESHOLD of the similarity
+    similarity: str = "embedding"
     windows: int = 0
     json_valid: int = 0
     schema_valid: int = 0
@@ -125,6 +125,10 @@ class ExtractionScores:
     gold_empty_dims: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+
+    def __post_init__(self):
+        if self.threshold is None:
+            self.threshold = DEFAULT_THRESHOLD[self.similarity]
 
     def add(self, raw: str | None, pred: list[MemoryRecord], gold: list[MemoryRecord], json_ok: bool,
             embedder=None, prompt_tokens: int = 0, output_tokens: int = 0) -> list[tuple[int, int, float]]:

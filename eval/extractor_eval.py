@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from data_gen import seed as seedlib
-from eval.extraction_metrics import DEFAULT_THRESHOLD, Embedder, ExtractionScores, keyword_f1
+from eval.extraction_metrics import Embedder, ExtractionScores, keyword_f1
 from memdistill.config import job_config
 from memspec import extraction, query_parse
 from memspec.dialogue import windows
@@ -88,7 +88,7 @@ def _generate(model: str, cfg: EvalConfig, wins, qs):
         if cfg.backend == "vllm":
             with VLLMGenerator(model, cfg.structured, cfg.concurrency) as gen:
                 for chats, max_new, schema in jobs:
-                    outs += gen(chats, max_new, progress=bar, schemas=[schema] * len(chats))
+                    outs += gen(chats, max_new, progress=bar, schema=schema)
         elif cfg.backend == "hf":
             gen = HFGenerator(model, cfg.dtype)
             for chats, max_new, _ in jobs:
@@ -102,8 +102,7 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
     t0 = time.time()
     outs = _generate(model, cfg, wins, qs)
     gen_time = time.time() - t0
-    threshold = cfg.threshold if cfg.threshold is not None else DEFAULT_THRESHOLD[cfg.similarity]
-    scores = ExtractionScores(threshold=threshold, similarity=cfg.similarity)
+    scores = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
     rows = []
     for w, o in zip(wins, outs[: len(wins)]):
         res = extraction.parse(o.text, w)

@@ -22,14 +22,12 @@ class Generation:
 
 
 class HFGenerator:
-    def __init__(self, model: str, dtype: str = "float32", threads: int | None = None):
+    def __init__(self, model: str, dtype: str = "float32"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from training.base_models import model_path
 
-        if threads:
-            torch.set_num_threads(threads)
         path = model_path(model)
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
@@ -85,16 +83,16 @@ class VLLMGenerator:
     def __exit__(self, *exc):
         self.servers.stop()
 
-    def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, batch_size: int = 8,
-                 progress=None, schemas=None) -> list[Generation]:
+    def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, progress=None,
+                 schema: dict | None = None) -> list[Generation]:
+        """`schema` constrains decoding only when the generator was made with structured=True."""
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(k):
-            schema = schemas[k] if schemas else None
-            text, pt, ct = self.client.chat(conversations[k], schema, "output", max_tokens=max_new_tokens)
+        def one(msgs):
+            text, pt, ct = self.client.chat(msgs, schema, "output", max_tokens=max_new_tokens)
             if progress is not None:
                 progress.update(1)
             return Generation(text, pt, ct)
 
         with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(one, range(len(conversations))))
+            return list(pool.map(one, conversations))

@@ -87,16 +87,6 @@ def _check_seed(args) -> int:
     return 0 if report.ok else 1
 
 
-def _data(args) -> int:
-    from data_gen.build import DataConfig, build
-    from memdistill.config import load_config
-
-    stats = build(load_config(DataConfig, args.config, args.overrides))
-    for task, per in stats["tasks"].items():
-        print(f"{task}: " + ", ".join(f"{s} {d['rows']}" for s, d in per.items()))
-    return 0
-
-
 def _job(module: str):
     def run(args) -> int:
         import importlib
@@ -127,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--force", action="store_true", help="rebuild even if present")
     m.set_defaults(func=_models)
 
-    jobs = [("data", "build training sets (gold corpus or teacher labels)", _data),
+    jobs = [("data", "build training sets (gold corpus or teacher labels)", _job("data_gen.build")),
             ("merge", "merge a trained adapter and export a servable model", _job("training.merge")),
             ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval")),
             ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("serving.server"))]

@@ -63,6 +63,17 @@ class ExtractionResult:
     completion_tokens: int = 0
 
 
+def chat_request(messages: list[dict], model: str, max_tokens: int, schema: dict | None = None,
+                 name: str = "output") -> dict:
+    """Keyword arguments for `openai.OpenAI().chat.completions.create`: greedy, thinking off, and
+    structured output with `schema` when given. Every memdistill request is built here."""
+    body = {"model": model, "messages": messages, "temperature": 0.0, "max_tokens": max_tokens,
+            "extra_body": {"chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS)}}
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+    return body
+
+
 class MemoryModels:
     def __init__(self, base_url: str | list[str], api_key: str | None = None, model: str = "memdistill-extractor",
                  timeout: float = 120.0, max_retries: int = 2, max_concurrency: int = 8, structured: bool = True,
@@ -84,13 +95,9 @@ class MemoryModels:
 
     def chat(self, messages: list[dict], schema: dict | None = None, name: str = "output",
              max_tokens: int | None = None):
-        kwargs = {}
-        if schema is not None and self.structured:
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        body = chat_request(messages, self.model, max_tokens or self.max_tokens, schema if self.structured else None, name)
         try:
-            resp = self._client().chat.completions.create(
-                model=self.model, messages=messages, temperature=0.0, max_tokens=max_tokens or self.max_tokens,
-                extra_body={"chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS)}, **kwargs)
+            resp = self._client().chat.completions.create(**body)
         except openai.APITimeoutError as e:
             raise EndpointTimeout(f"the endpoint did not answer in time: {e}") from e
         except openai.APIConnectionError as e:

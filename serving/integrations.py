@@ -23,7 +23,7 @@ from pathlib import Path
 
 from memspec import extraction
 from memspec.dialogue import Window
-from memspec.render import CHAT_TEMPLATE_KWARGS
+from serving.client import chat_request
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")  # mem0 phones home otherwise; this machine is offline
 
@@ -76,6 +76,4 @@ def search_mem0(mem, query: str, user_id: str, top_k: int = 5, memory_type: str 
 
 def openai_extraction_request(window: Window, model: str = "memdistill-extractor", max_tokens: int = 1024) -> dict:
     """The chat-completions body for one window, for stacks that bring their own OpenAI client."""
-    return {"model": model, "messages": extraction.chat_messages(window), "temperature": 0.0, "max_tokens": max_tokens,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "memories", "schema": extraction.json_schema()}},
-            "extra_body": {"chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS)}}
+    return chat_request(extraction.chat_messages(window), model, max_tokens, extraction.json_schema(), "memories")

@@ -12,7 +12,7 @@ of eval.extraction_metrics.ExtractionScores (see its docstring for the matching 
 import datasets
 import evaluate
 
-from eval.extraction_metrics import DEFAULT_THRESHOLD, ExtractionScores
+from eval.extraction_metrics import ExtractionScores
 from memspec import extraction
 
 
@@ -23,8 +23,7 @@ class DimmemExtraction(evaluate.Metric):
             features=datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}))
 
     def _compute(self, predictions, references, similarity="embedding", threshold=None):
-        scores = ExtractionScores(threshold=DEFAULT_THRESHOLD[similarity] if threshold is None else threshold,
-                                  similarity=similarity)
+        scores = ExtractionScores(threshold=threshold, similarity=similarity)
         for raw, ref in zip(predictions, references):
             pred = extraction.parse(raw)
             gold = extraction.ExtractionOutput.model_validate_json(ref).memories
