@@ -80,7 +80,7 @@ def score_queries(outputs: list[str], questions: list[dict]) -> dict:
 def _generate(model: str, cfg: EvalConfig, wins, qs):
     from eval.generate import HFGenerator, VLLMGenerator
 
-    jobs = [([extraction.chat_messages(w) for w in wins], cfg.max_new_tokens, extraction.json_schema()),
+    jobs = [([extraction.chat_messages(w) for w in wins], cfg.max_new_tokens, [extraction.json_schema(w) for w in wins]),
             ([query_parse.chat_messages(q["question"], q["question_date"]) for q in qs], cfg.query_max_new_tokens,
              query_parse.json_schema())]
     outs = []

@@ -84,15 +84,18 @@ class VLLMGenerator:
         self.servers.stop()
 
     def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, progress=None,
-                 schema: dict | None = None) -> list[Generation]:
-        """`schema` constrains decoding only when the generator was made with structured=True."""
+                 schema: dict | list | None = None) -> list[Generation]:
+        """`schema` (one for all, or a list with one per conversation) constrains decoding only when the
+        generator was made with structured=True."""
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(msgs):
-            text, pt, ct = self.client.chat(msgs, schema, "output", max_tokens=max_new_tokens)
+        schemas = schema if isinstance(schema, list) else [schema] * len(conversations)
+
+        def one(msgs, sch):
+            text, pt, ct = self.client.chat(msgs, sch, "output", max_tokens=max_new_tokens)
             if progress is not None:
                 progress.update(1)
             return Generation(text, pt, ct)
 
         with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(one, conversations))
+            return list(pool.map(one, conversations, schemas))

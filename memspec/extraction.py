@@ -58,9 +58,36 @@ class ExtractionOutput(BaseModel):
     memories: list[MemoryRecord]
 
 
-def json_schema() -> dict:
-    """JSON Schema of the output, self-contained (no $ref) so every structured-output backend takes it."""
-    return inline_refs(ExtractionOutput.model_json_schema())
+# Decoding-time bounds (not part of the record contract): the gold corpus has at most 6 records per
+# message and no content over 400 characters, so these only stop a looping model, never a good one.
+MAX_RECORDS_PER_MESSAGE = 6
+MAX_CONTENT_CHARS = 400
+MAX_FIELD_CHARS = 200
+MAX_KEYWORDS = 8
+
+
+def json_schema(window: Window | None = None) -> dict:
+    """JSON Schema of the output, self-contained (no $ref) so every structured-output backend takes it.
+
+    With a window it is tightened for constrained decoding: source_id can only name one of the
+    window's extractable messages, and lists and strings are bounded, so a model caught in a loop
+    still closes its JSON instead of running to max_tokens. The parser validates either way.
+    """
+    schema = inline_refs(ExtractionOutput.model_json_schema())
+    if window is None:
+        return schema
+    extractable = [n for n, _ in window.extractable()]
+    memories = schema["properties"]["memories"]
+    memories["maxItems"] = MAX_RECORDS_PER_MESSAGE * len(extractable)
+    record = memories["items"]["properties"]
+    record["source_id"] = {"type": "integer", "enum": extractable}
+    record["content"]["maxLength"] = MAX_CONTENT_CHARS
+    dim = record["dimension"]["properties"]
+    for k in ("location", "reason", "purpose"):
+        dim[k]["maxLength"] = MAX_FIELD_CHARS
+    dim["keywords"]["maxItems"] = MAX_KEYWORDS
+    dim["keywords"]["items"]["maxLength"] = MAX_FIELD_CHARS
+    return schema
 
 
 def inline_refs(schema: dict) -> dict:
@@ -258,10 +285,18 @@ def parse(raw: str | None, window: Window | None = None) -> ParseResult:
         return result
     items = value["memories"]
     result.raw_count = len(items)
+    seen = set()
     for i, item in enumerate(items):
         rec = _normalise_record(item, i, window, result.problems)
-        if rec is not None:
-            result.records.append(rec)
+        if rec is None:
+            continue
+        # Small models fall into loops that repeat a record verbatim; a memory store wants it once.
+        key = (rec.source_id, " ".join(rec.content.lower().split()))
+        if key in seen:
+            result.problems.append(Problem("duplicate_record", f"record repeats an earlier one (message {rec.source_id})", i))
+            continue
+        seen.add(key)
+        result.records.append(rec)
     return result
 
 

@@ -76,4 +76,4 @@ def search_mem0(mem, query: str, user_id: str, top_k: int = 5, memory_type: str 
 
 def openai_extraction_request(window: Window, model: str = "memdistill-extractor", max_tokens: int = 1024) -> dict:
     """The chat-completions body for one window, for stacks that bring their own OpenAI client."""
-    return chat_request(extraction.chat_messages(window), model, max_tokens, extraction.json_schema(), "memories")
+    return chat_request(extraction.chat_messages(window), model, max_tokens, extraction.json_schema(window), "memories")

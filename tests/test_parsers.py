@@ -120,7 +120,8 @@ def test_valid_times_are_kept(window, ok):
 
 
 def test_speaker_is_filled_and_corrected_from_window(window):
-    recs = [{k: v for k, v in REC.items() if k != "source_speaker"}, dict(REC, source_speaker="Maya")]
+    recs = [{k: v for k, v in REC.items() if k != "source_speaker"},
+            dict(REC, source_speaker="Maya", content="Tom named his puppy Biscuit.")]
     res = extraction.parse(json.dumps({"memories": recs}), window)
     assert [r.source_speaker for r in res.records] == ["Tom", "Tom"]
     assert codes(res) == ["speaker_mismatch"]
@@ -152,6 +153,15 @@ def test_bare_list_and_bad_items(window):
                                        dict(REC, content="  ")]), window)
     assert len(res.records) == 1
     assert {"bare_list", "bad_record", "bad_source_id", "empty_content"} <= set(codes(res))
+
+
+def test_repeated_records_are_kept_once(window):
+    loop = dict(REC, content="  tom ADOPTED a puppy named Biscuit on 2023-05-06. ")
+    other_source = dict(REC, source_id=5, source_speaker="Maya")
+    res = extraction.parse(json.dumps({"memories": [REC, loop, other_source, REC]}), window)
+    assert [r.source_id for r in res.records] == [4, 5]
+    assert [(p.code, p.index) for p in res.problems if p.code == "duplicate_record"] == [("duplicate_record", 1),
+                                                                                          ("duplicate_record", 3)]
 
 
 def test_empty_memories_is_ok(window):

@@ -113,3 +113,30 @@ def test_render_completion_round_trips():
     text = extraction.render_completion(out.memories)
     res = extraction.parse(text)
     assert res.problems == [] and res.records == out.memories
+
+
+def test_window_schema_admits_gold_and_bounds_a_loop():
+    """The decoding schema of a window accepts every gold completion of the corpus at the CPU and paper
+    windows, and refuses context sources, endless lists and endless strings."""
+    import jsonschema
+
+    from data_gen import seed as seedlib
+    from memspec.dialogue import windows
+    from tests.conftest import REPO
+    seed = seedlib.load(REPO / "data" / "seed")
+    checked = 0
+    for conv in seed.conversations.values():
+        for size, overlap in ((6, 1), (4, 1), (25, 5), (15, 3)):
+            for w in windows(conv, size, overlap):
+                gold = json.loads(extraction.render_completion(seed.gold_records(w)))
+                jsonschema.validate(gold, extraction.json_schema(w))
+                checked += 1
+    assert checked > 500
+    w = windows(next(iter(seed.conversations.values())), 6, 1)[1]
+    schema = extraction.json_schema(w)
+    rec = dict(REC, source_id=w.extract_from)
+    ok = jsonschema.Draft202012Validator(schema).is_valid
+    assert ok({"memories": [rec]})
+    assert not ok({"memories": [dict(rec, source_id=1)]})  # message 1 is context
+    assert not ok({"memories": [dict(rec, content="again " * 100)]})
+    assert not ok({"memories": [rec] * (extraction.MAX_RECORDS_PER_MESSAGE * len(w.extractable()) + 1)})
