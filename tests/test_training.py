@@ -114,6 +114,36 @@ def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
     assert not any("embed" in k or "lm_head" in k for k in names)
 
 
+def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_dir, train_file, tmp_path):
+    """The CPU speed-up (score only labelled positions) changes no number the optimiser sees."""
+    import trl.trainer.utils as trl_utils
+    from trl.kernels.chunked_logprob import _use_triton
+    from training.extractor import build_trainer
+
+    trainer = build_trainer(_cfg(tiny_qwen3_dir, train_file, tmp_path / "s", lora_dropout=0.0))
+    batch = next(iter(trainer.get_train_dataloader()))
+    model = trainer.model
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        return loss.item(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    patched = trl_utils._use_triton
+    compact = loss_and_grads()
+    trl_utils._use_triton = _use_triton
+    try:
+        full = loss_and_grads()
+    finally:
+        trl_utils._use_triton = patched
+    assert patched(torch.device("cpu")) and not _use_triton(torch.device("cpu"))
+    assert compact[0] == pytest.approx(full[0], rel=1e-5)
+    assert compact[1].keys() == full[1].keys() and compact[1]
+    for k in full[1]:
+        assert torch.allclose(compact[1][k], full[1][k], atol=1e-6), k
+
+
 def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir, train_file, tmp_path):
     """The prompt part of every tokenized training row is exactly what serving renders for it."""
     from transformers import AutoTokenizer
@@ -202,7 +232,11 @@ def test_every_yaml_loads_into_its_dataclass():
     from training.extractor import ExtractorConfig, validate
     from training.merge import MergeConfig
 
-    kinds = {"extractor_": ExtractorConfig, "merge_": MergeConfig}
+    from eval.encoder_eval import EncoderEvalConfig
+    from training.encoder import EncoderConfig
+
+    kinds = {"extractor_": ExtractorConfig, "merge_": MergeConfig, "router_": EncoderConfig, "planner_": EncoderConfig,
+             "gate_": EncoderConfig}
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
         rel = path.relative_to(REPO / "configs")
@@ -212,7 +246,7 @@ def test_every_yaml_loads_into_its_dataclass():
         elif rel.parts[0] == "data_gen":
             load_config(DataConfig, path)
         elif rel.parts[0] == "eval":
-            load_config(EvalConfig, path)
+            load_config(EncoderEvalConfig if rel.name.startswith("encoders") else EvalConfig, path)
         elif rel.parts[0] == "serving":
             load_config(ServeConfig, path)
         else:
