@@ -290,10 +290,11 @@ def parse(raw: str | None, window: Window | None = None) -> ParseResult:
         rec = _normalise_record(item, i, window, result.problems)
         if rec is None:
             continue
-        # Small models fall into loops that repeat a record verbatim; a memory store wants it once.
-        key = (rec.source_id, " ".join(rec.content.lower().split()))
+        # Small models fall into loops that repeat a record's content, often under the next message's
+        # number; a memory store wants each memory once (the gold corpus never repeats a content).
+        key = " ".join(rec.content.lower().split())
         if key in seen:
-            result.problems.append(Problem("duplicate_record", f"record repeats an earlier one (message {rec.source_id})", i))
+            result.problems.append(Problem("duplicate_record", f"content repeats an earlier record (message {rec.source_id})", i))
             continue
         seen.add(key)
         result.records.append(rec)

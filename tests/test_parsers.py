@@ -82,8 +82,7 @@ def test_unknown_memory_type_rejects_the_record(window):
 
 
 def test_source_in_overlap_and_out_of_range_are_rejected(window):
-    recs = [dict(REC, source_id=1), dict(REC, source_id=2), dict(REC, source_id=3), dict(REC, source_id=7),
-            dict(REC, source_id="5")]
+    recs = [dict(REC, source_id=k, content=f"Fact {k}.") for k in (1, 2, 3, 7, "5")]
     res = extraction.parse(json.dumps({"memories": recs}), window)
     assert [r.source_id for r in res.records] == [3, 5]
     c = codes(res)
@@ -157,11 +156,11 @@ def test_bare_list_and_bad_items(window):
 
 def test_repeated_records_are_kept_once(window):
     loop = dict(REC, content="  tom ADOPTED a puppy named Biscuit on 2023-05-06. ")
-    other_source = dict(REC, source_id=5, source_speaker="Maya")
-    res = extraction.parse(json.dumps({"memories": [REC, loop, other_source, REC]}), window)
-    assert [r.source_id for r in res.records] == [4, 5]
-    assert [(p.code, p.index) for p in res.problems if p.code == "duplicate_record"] == [("duplicate_record", 1),
-                                                                                          ("duplicate_record", 3)]
+    next_message = dict(REC, source_id=5, source_speaker="Maya")  # the loop moved on to the next message
+    other = dict(REC, source_id=5, source_speaker="Maya", content="Maya loves hiking.")
+    res = extraction.parse(json.dumps({"memories": [REC, loop, next_message, other, REC]}), window)
+    assert [(r.source_id, r.content) for r in res.records] == [(4, REC["content"]), (5, "Maya loves hiking.")]
+    assert [p.index for p in res.problems if p.code == "duplicate_record"] == [1, 2, 4]
 
 
 def test_empty_memories_is_ok(window):
