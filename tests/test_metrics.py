@@ -94,3 +94,45 @@ def test_local_evaluate_module_loads_offline():
     gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
     out = m.compute(predictions=["```json\n" + gold + "\n```", ""], references=[gold, gold], similarity="token_f1")
     assert out["memory_recall"] == 0.5 and out["memory_precision"] == 1.0 and out["json_valid_rate"] == 0.5
+
+
+def test_reason_purpose_agreement_and_tokens_per_window():
+    def full(sid, content, reason="", purpose=""):
+        return MemoryRecord(source_id=sid, content=content,
+                            dimension=Dimension(memory_type="episodic", reason=reason, purpose=purpose))
+
+    gold = [full(1, "Maya moved to Oslo for a new job", reason="new job", purpose=""),
+            full(2, "Tom bought a bike to commute to work", reason="", purpose="commute to work")]
+    pred = [full(1, "Maya moved to Oslo for a new job", reason="New  Job", purpose="career"),  # case/space folded
+            full(2, "Tom bought a bike to commute to work", reason="", purpose="Commute to work")]
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    s.add(render_completion(pred), pred, gold, True, prompt_tokens=300, output_tokens=40)
+    s.add('{"memories": []}', [], [], True, prompt_tokens=100, output_tokens=6)  # a window with nothing to say
+    out = s.summary()
+    assert out["reason_agreement"] == 1.0  # "New  Job" = "new job"; "" = "" (empty against empty agrees)
+    assert out["purpose_agreement"] == 0.5  # "career" where gold is empty disagrees; "Commute to work" agrees
+    # gold-empty dims: rec1 time/location/purpose, rec2 time/location/reason = 6, one filled ("career")
+    assert out["overfill_rate"] == round(1 / 6, 4)
+    assert out["prompt_tokens_per_window"] == 200.0 and out["output_tokens_per_window"] == 23.0
+    assert out["windows"] == 2 and out["memory_f1"] == 1.0
+
+
+def test_matching_stays_inside_a_window():
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    s.add(render_completion([GOLD[0]]), [GOLD[0]], [], True)  # right record, wrong window: unmatched
+    s.add(render_completion([]), [], [GOLD[0]], True)
+    out = s.summary()
+    assert out["matched"] == 0 and out["predicted"] == 1 and out["gold"] == 1 and out["memory_f1"] == 0.0
+
+
+def test_local_evaluate_module_token_counts_and_bad_reference():
+    m = evaluate.load(str(REPO / "eval/metrics/dimmem_extraction"))
+    gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
+    out = m.compute(predictions=[gold, gold], references=[gold, gold], similarity="token_f1",
+                    prompt_tokens=[100, 300], output_tokens=[50, 70])
+    assert out["prompt_tokens_per_window"] == 200.0 and out["output_tokens_per_window"] == 60.0
+    assert out["memory_f1"] == 1.0 and out["match_threshold"] == 0.5
+    with pytest.raises(ValueError, match=r"references\[0\] is not a valid"):
+        m.compute(predictions=[gold], references=['{"memories": [{"content": "x"}]}'], similarity="token_f1")
+    with pytest.raises(ValueError, match="prompt_tokens: 1 counts for 2 predictions"):
+        m.compute(predictions=[gold, gold], references=[gold, gold], similarity="token_f1", prompt_tokens=[1])
