@@ -4,10 +4,16 @@
 #   make test            the test suite (what .ci/run runs)
 #   make check-seed      validate the gold corpus under data/seed and print its statistics
 #   make data            build every training set from the gold corpus (data/built)
+#                        with a teacher: make data DATA_CONFIG=configs/data_gen/teacher_vllm_qwen3.yaml
 #   make train-extractor train the embedded-default extractor (SmolLM2-135M + LoRA, CPU)
+#   make train-router    train the TriMEM type router (MiniLM on CPU; *_roberta_base.yaml for GPU)
+#   make train-planner   train the TiMem recall planner (3-class complexity)
+#   make train-gate      train the TiMem recall gate (cross-encoder)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            untrained base vs merged extractor on the gold test split (report in runs/eval)
+#   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
+#   make eval-encoders   router / planner / gate vs the served LM and rules on the test split (runs/eval-encoders)
 #   make bench           benchmarks, each printed as ratios measured side by side in one run
 #   make lock            re-pin constraints-cpu.txt from the current venv
 # Override a job's config: make train-extractor TRAIN_CONFIG=configs/training/extractor_qwen3_4b.yaml ARGS="max_steps=10"
@@ -19,12 +25,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: setup models test check-seed data train-extractor merge serve eval bench lock
+.PHONY: setup models test check-seed data train-extractor merge serve eval eval-e2e bench lock
 DATA_CONFIG ?= configs/data_gen/seed.yaml
 TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
 SERVE_CONFIG ?= configs/serving/cpu.yaml
 MERGE_CONFIG ?= configs/training/merge_cpu.yaml
 EVAL_CONFIG ?= configs/eval/extractor_cpu.yaml
+E2E_CONFIG ?= configs/eval/e2e_cpu.yaml
 
 setup:
 	@bash scripts/setup.sh
@@ -44,6 +51,11 @@ data: setup
 train-extractor: setup models data
 	$(PY) -m memdistill train extractor --config $(TRAIN_CONFIG) $(ARGS)
 
+.PHONY: train-router train-planner train-gate eval-encoders
+# ENCODER_CONFIG=configs/training/router_roberta_base.yaml make train-router  (GPU recipe)
+train-router train-planner train-gate: train-%: setup models data
+	$(PY) -m memdistill train $* --config $(or $(ENCODER_CONFIG),configs/training/$*_cpu.yaml) $(ARGS)
+
 merge: setup models
 	$(PY) -m memdistill merge --config $(MERGE_CONFIG) $(ARGS)
 
@@ -52,6 +64,12 @@ serve: setup models
 
 eval: setup models data
 	$(PY) -m memdistill eval --config $(EVAL_CONFIG) $(ARGS)
+
+eval-e2e: setup models
+	$(PY) -m memdistill eval-e2e --config $(E2E_CONFIG) $(ARGS)
+
+eval-encoders: setup models data
+	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
 
 bench: setup models data
 	$(PY) -m eval.bench $(ARGS)

@@ -10,6 +10,14 @@ Sections:
 - serving: N concurrent extraction requests against a live vLLM server (throughput, p50/p95 latency,
   errors) and the same windows through HF transformers `generate` on the same model (ratio); prompt
   tokens per window with the student prompt against the teacher prompt.
+- teacher: windows/s of the extraction labelling job (data_gen.label) at concurrency 1, 4, 16 and 64
+  against the fake OpenAI-compatible teacher (tests/fake_openai.py, in its own process) with a fixed
+  per-request latency;
+  speed-up over concurrency 1 next to the ideal min(c, windows).
+- encoders: milliseconds per decision of the trained router and planner through vLLM `/classify`
+  against the same decision by the served LM (chat completions through the SDK's LM path), at batch
+  size 1 (one request per decision, one after another) and 32 (encoder: 32 inputs in one request; LM:
+  32 concurrent requests), with the ratio LM / encoder. Needs `make train-router train-planner`.
 """
 
 from __future__ import annotations
@@ -87,13 +95,12 @@ def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 19
     rows = []
     with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
         mm = MemoryModels(f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0)
-        schema = extraction.json_schema()
         latencies, errors, out_tokens = [], 0, 0
 
         def one(w):
             t = time.time()
             try:
-                _, _, ct = mm.chat(extraction.chat_messages(w), schema, "memories")
+                _, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
                 return time.time() - t, ct, None
             except Exception as e:  # counted, reported: a benchmark must not hide failures
                 return time.time() - t, 0, e
@@ -127,7 +134,113 @@ def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 19
     return rows
 
 
-SECTIONS = {"training": bench_training, "serving": bench_serving}
+def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 64)) -> list[dict]:
+    import asyncio
+    import subprocess
+    import tempfile
+    import urllib.request
+
+    from data_gen import label
+    from data_gen.teacher import Teacher, settings_from_dict
+    from serving.server import free_port
+
+    convs = label.load_sources([{"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed"}])
+    items = label.extraction_items(convs, {"multi-party": [[25, 5]], "user-assistant": [[15, 3]]})[:n_windows]
+    for it in items:
+        it.key = label.item_key(it, "fake-teacher")
+    # The fake teacher runs in its own process, as a real teacher would: its CPU does not count against the client.
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", str(latency)],
+                              cwd=REPO, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    rows = []
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        for c in levels:
+            tmp = Path(tempfile.mkdtemp(prefix=f"bench-teacher-{c}-"))  # empty cache and labels: every window is asked
+            settings = settings_from_dict({"base_urls": [url], "model": "fake-teacher", "concurrency": c, "timeout_s": 60})
+
+            async def run():
+                async with Teacher(settings, tmp / "cache") as t:
+                    return await label.run_job(items, t, tmp / "extraction", progress=False)
+            t0 = time.time()
+            _, summary = asyncio.run(run())
+            dt = time.time() - t0
+            assert summary["ok"] == len(items) == summary["this_run"]["requests"], summary
+            rows.append({"section": "teacher", "variant": f"concurrency {c}", "windows_per_s": round(len(items) / dt, 2),
+                         "seconds": round(dt, 2), "latency_s": latency, "windows": len(items)})
+    finally:
+        server.terminate()
+        server.wait()
+    for r, c in zip(rows, levels):
+        r["speedup"] = round(r["windows_per_s"] / rows[0]["windows_per_s"], 2)
+        r["ideal"] = min(c, len(items))
+    return rows
+
+
+def bench_encoders(n: int = 32, rounds: int = 2) -> list[dict]:
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memdistill.config import load_config
+    from serving.client import MemoryModels
+    from serving.server import Servers, ServeConfig, free_port
+    from training.encoder import complexity_of
+
+    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", ["gate=null"])
+    missing = [name for name in ("router", "planner") if not (Path(getattr(cfg, name)) / "config.json").exists()]
+    if missing:  # reported, not faked: the other sections still run
+        return [{"section": "encoders", "variant": f"not measured: no trained {' / '.join(missing)} "
+                                                   f"(make {' '.join('train-' + m for m in missing)})"}]
+    read = lambda t: [json.loads(x)["text"] for x in (REPO / f"data/built/{t}/test.jsonl").read_text().splitlines()]  # noqa: E731
+    texts = {"router": (read("router") * 2)[:n], "planner": (read("planner") * 2)[:n]}
+
+    def timed(fn, batch: int) -> float:
+        """Seconds per decision over `rounds` passes of n decisions, in groups of `batch`."""
+        t0 = time.time()
+        for _ in range(rounds):
+            for i in range(0, n, batch):
+                fn(i, batch)
+        return (time.time() - t0) / (rounds * n)
+
+    per: dict = {}
+    enc_cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
+                          ["serve_extractor=false", "gate=null", f"encoder_port={free_port()}"])
+    with Servers(enc_cfg, log_dir=tempfile.mkdtemp(prefix="bench-enc-"), encoders=True) as servers:
+        mm = MemoryModels(None, router_url=servers.encoder_urls["router"], planner_url=servers.encoder_urls["planner"],
+                          timeout=600, max_retries=0)
+        mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
+        for b in (1, 32):
+            per["router", "encoder", b] = timed(lambda i, b: mm.classify_types(texts["router"][i:i + b]), b)
+            per["planner", "encoder", b] = timed(lambda i, b: [complexity_of(p) for p in
+                                                               mm.classify("planner", texts["planner"][i:i + b])], b)
+    lm_cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}"])
+    with Servers(lm_cfg, log_dir=tempfile.mkdtemp(prefix="bench-lm-")) as servers:
+        mm = MemoryModels(f"{servers.urls[0]}/v1", timeout=600, max_retries=0, max_concurrency=32)
+        mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
+        model = servers.model
+        with ThreadPoolExecutor(32) as pool:
+            for b in (1, 32):
+                per["router", "LM", b] = timed(lambda i, b: mm.classify_types(texts["router"][i:i + b]), b)
+                per["planner", "LM", b] = timed(lambda i, b: list(pool.map(mm.plan, texts["planner"][i:i + b])), b)
+    rows = []
+    for task in ("router", "planner"):
+        for b in (1, 32):
+            e, lm = per[task, "encoder", b], per[task, "LM", b]
+            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: /classify", "ms_per_decision": round(1000 * e, 2)})
+            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: LM chat ({Path(model).name})",
+                         "ms_per_decision": round(1000 * lm, 2)})
+            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: ratio LM / encoder",
+                         "ms_per_decision": round(lm / e, 1)})
+    return rows
+
+
+SECTIONS = {"training": bench_training, "serving": bench_serving, "teacher": bench_teacher, "encoders": bench_encoders}
 
 
 def main(argv=None) -> int:

