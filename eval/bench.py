@@ -5,11 +5,13 @@
   python -m eval.bench --sections training --steps 6
 
 Sections:
-- training: extractor SFT tokens/s with padding-free batches against padded batches on the CPU
-  default (same rows, same batch size, alternating runs), and the share of padding in each.
-- serving: N concurrent extraction requests against a live vLLM server (throughput, p50/p95 latency,
-  errors) and the same windows through HF transformers `generate` on the same model (ratio); prompt
-  tokens per window with the student prompt against the teacher prompt.
+- training: extractor SFT tokens/s on the CPU default, same rows and batch size, alternating runs:
+  padded batches (the default), padding-free batches (the share of padding in each), and TRL's stock
+  CPU path that scores every position through the LM head (completion-only scoring is the default).
+- serving: N concurrent extraction requests against a live vLLM server, unconstrained and with the
+  window's decoding schema (throughput, p50/p95 latency, errors), and the same windows through HF
+  transformers `generate` on the same model (output tokens/s ratio); prompt tokens per window with the
+  student prompt against the teacher prompt.
 - teacher: windows/s of the extraction labelling job (data_gen.label) at concurrency 1, 4, 16 and 64
   against the fake OpenAI-compatible teacher (tests/fake_openai.py, in its own process) with a fixed
   per-request latency;
@@ -18,6 +20,9 @@ Sections:
   against the same decision by the served LM (chat completions through the SDK's LM path), at batch
   size 1 (one request per decision, one after another) and 32 (encoder: 32 inputs in one request; LM:
   32 concurrent requests), with the ratio LM / encoder. Needs `make train-router train-planner`.
+
+The output is one detail table per section and one table of every headline ratio
+(runs/bench/bench.md, bench.json).
 """
 
 from __future__ import annotations
@@ -43,8 +48,13 @@ def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: i
 
 
 def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict]:
-    """Padded vs padding-free SFT on the same rows; tokens are the real (non-pad) tokens trained on."""
+    """On the same rows, alternating: padded batches (the default), padding-free batches, and padded
+    batches with TRL's stock CPU scoring of every position through the LM head (what
+    training.extractor.score_completion_positions_only replaces). Tokens are real (non-pad) tokens."""
     import tempfile
+
+    import trl.trainer.utils as trl_utils
+    from trl.kernels.chunked_logprob import _use_triton
 
     src = REPO / "data/built/extractor/train.jsonl"
     if not src.exists():
@@ -54,10 +64,14 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
     rows_file = tmp / "rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    totals = {False: [0.0, 0, 0], True: [0.0, 0, 0]}  # seconds, real tokens, padded slots
+    variants = ("padded", "padding-free", "padded, every position scored")
+    totals = {v: [0.0, 0, 0] for v in variants}  # seconds, real tokens, padded slots
     for k in range(rounds):
-        for pf in ((False, True) if k % 2 == 0 else (True, False)):  # alternate order against drift
-            tr = _trainer(pf, str(rows_file), tmp / f"run-{pf}-{k}", steps, batch)
+        for v in (variants if k % 2 == 0 else variants[::-1]):  # alternate order against drift
+            pf = v == "padding-free"
+            tr = _trainer(pf, str(rows_file), tmp / f"run-{k}-{variants.index(v)}", steps, batch)
+            if v.endswith("scored"):
+                trl_utils._use_triton = _use_triton  # build_trainer patched it; this run measures TRL's own path
             lengths = [len(x["input_ids"]) for x in tr.train_dataset]
             t0 = time.time()
             tr.train()
@@ -65,72 +79,84 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
             batches = [lengths[i:i + batch] for i in range(0, len(lengths), batch)][:steps]
             real = sum(sum(b) for b in batches)
             slots = real if pf else sum(max(b) * len(b) for b in batches)
-            totals[pf][0] += dt
-            totals[pf][1] += real
-            totals[pf][2] += slots
-    out = []
-    for pf, (dt, real, slots) in totals.items():
-        out.append({"section": "training", "variant": "padding-free" if pf else "padded",
-                    "tokens_per_s": round(real / dt, 1), "padding_share": round(1 - real / slots, 3),
-                    "seconds": round(dt, 1)})
-    out.append({"section": "training", "variant": "ratio padding-free / padded",
-                "tokens_per_s": round(out[1]["tokens_per_s"] / out[0]["tokens_per_s"], 2)})
+            for i, x in enumerate((dt, real, slots)):
+                totals[v][i] += x
+    out = [{"section": "training", "variant": v, "tokens_per_s": round(real / dt, 1),
+            "padding_share": round(1 - real / slots, 3), "seconds": round(dt, 1)} for v, (dt, real, slots) in totals.items()]
+    tps = {r["variant"]: r["tokens_per_s"] for r in out}
+    out.append(ratio("training", "padding-free / padded (tokens/s)", tps["padding-free"] / tps["padded"]))
+    out.append(ratio("training", "completion-only / every-position scoring (tokens/s)",
+                     tps["padded"] / tps["padded, every position scored"]))
     return out
 
 
+def ratio(section: str, what: str, value: float, **extra) -> dict:
+    """A headline figure: these rows make the summary table `make bench` ends with."""
+    return {"section": section, "variant": what, "ratio": round(value, 2), **extra}
+
+
 def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 192) -> list[dict]:
+    """The same windows, greedy, same max_tokens: vLLM unconstrained, vLLM with the window's decoding
+    schema (what the SDK sends), and HF `generate` (unconstrained) in process."""
     import statistics
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
+    from eval.extractor_eval import EvalConfig, test_items
     from eval.generate import HFGenerator
     from memdistill.config import load_config
     from memspec import extraction
+    from memspec.render import prompt_ids
     from serving.client import MemoryModels
     from serving.server import Servers, ServeConfig, free_port
 
-    from eval.extractor_eval import EvalConfig, test_items
-    _, wins, _ = test_items(load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"]))
+    seed, wins, _ = test_items(load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"]))
     cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}", "max_model_len=4096"])
     rows = []
     with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
-        mm = MemoryModels(f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0)
-        latencies, errors, out_tokens = [], 0, 0
-
-        def one(w):
-            t = time.time()
-            try:
-                _, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
-                return time.time() - t, ct, None
-            except Exception as e:  # counted, reported: a benchmark must not hide failures
-                return time.time() - t, 0, e
-
-        t0 = time.time()
-        with ThreadPoolExecutor(concurrency) as pool:
-            for lat, ct, err in pool.map(one, wins):
-                latencies.append(lat)
-                out_tokens += ct
-                errors += err is not None
-        served_s = time.time() - t0
         model = servers.model
-    lat = sorted(latencies)
-    rows.append({"section": "serving", "variant": f"vLLM, {concurrency} concurrent", "windows_per_s": round(len(wins) / served_s, 3),
-                 "p50_s": round(statistics.median(lat), 2), "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
-                 "errors": errors, "seconds": round(served_s, 1), "output_tokens": out_tokens})
+        for structured in (False, True):
+            mm = MemoryModels(f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0,
+                              structured=structured)
+
+            def one(w):
+                t = time.time()
+                try:
+                    _, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
+                    return time.time() - t, ct, None
+                except Exception as e:  # counted, reported: a benchmark must not hide failures
+                    return time.time() - t, 0, e
+
+            t0 = time.time()
+            with ThreadPoolExecutor(concurrency) as pool:
+                done = list(pool.map(one, wins))
+            served_s = time.time() - t0
+            lat = sorted(d[0] for d in done)
+            out_tokens = sum(d[1] for d in done)
+            rows.append({"section": "serving", "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, "
+                                                          f"{concurrency} concurrent",
+                         "windows_per_s": round(len(wins) / served_s, 3), "output_tokens_per_s": round(out_tokens / served_s, 1),
+                         "p50_s": round(statistics.median(lat), 2), "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
+                         "errors": sum(d[2] is not None for d in done), "output_tokens": out_tokens})
     gen = HFGenerator(model)
     t0 = time.time()
     outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=max_tokens, batch_size=concurrency)
     hf_s = time.time() - t0
-    rows.append({"section": "serving", "variant": f"HF generate, batch {concurrency}", "windows_per_s": round(len(wins) / hf_s, 3),
-                 "seconds": round(hf_s, 1), "output_tokens": sum(o.output_tokens for o in outs)})
-    rows.append({"section": "serving", "variant": "ratio vLLM / HF (windows/s)",
-                 "windows_per_s": round(rows[0]["windows_per_s"] / rows[1]["windows_per_s"], 2)})
-    from memspec.render import prompt_ids
+    hf_tokens = sum(o.output_tokens for o in outs)
+    rows.append({"section": "serving", "variant": f"HF generate unconstrained, batch {concurrency}",
+                 "windows_per_s": round(len(wins) / hf_s, 3), "output_tokens_per_s": round(hf_tokens / hf_s, 1),
+                 "output_tokens": hf_tokens})
+    vllm, schema, hf = rows
+    rows.append(ratio("serving", "vLLM / HF generate (output tokens/s, unconstrained)",
+                      vllm["output_tokens_per_s"] / hf["output_tokens_per_s"]))
+    rows.append(ratio("serving", "window schema / unconstrained on vLLM (output tokens/s)",
+                      schema["output_tokens_per_s"] / vllm["output_tokens_per_s"]))
     student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w))) for w in wins)
-    teacher = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w, "teacher", "multi-party"))) for w in wins)
+    teacher = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(
+        w, "teacher", seed.conversations[w.conversation_id].style))) for w in wins)
     rows.append({"section": "serving", "variant": "prompt tokens/window: student", "tokens": round(student, 1)})
     rows.append({"section": "serving", "variant": "prompt tokens/window: teacher", "tokens": round(teacher, 1)})
-    rows.append({"section": "serving", "variant": "ratio student / teacher prompt", "tokens": round(student / teacher, 2)})
+    rows.append(ratio("serving", "student / teacher prompt tokens per window", student / teacher))
     return rows
 
 
@@ -180,7 +206,8 @@ def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 
     for r, c in zip(rows, levels):
         r["speedup"] = round(r["windows_per_s"] / rows[0]["windows_per_s"], 2)
         r["ideal"] = min(c, len(items))
-    return rows
+    return rows + [ratio("teacher", f"speed-up at concurrency {r['variant'].split()[-1]} over 1", r["speedup"],
+                         ideal=r["ideal"]) for r in rows[1:]]
 
 
 def bench_encoders(n: int = 32, rounds: int = 2) -> list[dict]:
@@ -235,8 +262,7 @@ def bench_encoders(n: int = 32, rounds: int = 2) -> list[dict]:
             rows.append({"section": "encoders", "variant": f"{task}, batch {b}: /classify", "ms_per_decision": round(1000 * e, 2)})
             rows.append({"section": "encoders", "variant": f"{task}, batch {b}: LM chat ({Path(model).name})",
                          "ms_per_decision": round(1000 * lm, 2)})
-            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: ratio LM / encoder",
-                         "ms_per_decision": round(lm / e, 1)})
+            rows.append(ratio("encoders", f"{task}, batch {b}: LM / encoder (ms per decision)", lm / e))
     return rows
 
 
@@ -255,13 +281,23 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(results, indent=1))
-    keys = list(dict.fromkeys(k for r in results for k in r))
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in results]
-    table = "\n".join(lines)
-    (out / "bench.md").write_text(table + "\n")
-    print(table)
+    # one detail table per section (their columns differ), then every headline ratio in one table
+    parts = []
+    for name in a.sections:
+        rows = [r for r in results if r["section"] == name and "ratio" not in r]
+        parts += [f"## {name}", "", markdown_table(rows), ""]
+    parts += ["## ratios (each measured side by side in this run)", "",
+              markdown_table([r for r in results if "ratio" in r]), ""]
+    text = "\n".join(parts)
+    (out / "bench.md").write_text(text)
+    print(text)
     return 0
+
+
+def markdown_table(rows: list[dict]) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r if k != "section"))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    return "\n".join(lines + ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows])
 
 
 if __name__ == "__main__":
