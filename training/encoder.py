@@ -31,7 +31,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -439,15 +438,10 @@ def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
 
 
 def train(cfg: EncoderConfig) -> dict:
-    from training.extractor import last_checkpoint
+    from training.extractor import train_resuming
 
     trainer = build_trainer(cfg)
-    resume = last_checkpoint(cfg.output_dir)
-    if resume:
-        print(f"[train] resuming from {resume}", file=sys.stderr)
-    t0 = time.time()
-    result = trainer.train(resume_from_checkpoint=resume)
-    wall = time.time() - t0
+    result, wall, resume = train_resuming(trainer, cfg.output_dir)
     thresholds: dict = {}
     if trainer.dev_rows:
         enc = Encoder(None, model=trainer.model, tok=trainer.processing_class)

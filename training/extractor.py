@@ -177,14 +177,20 @@ def last_checkpoint(output_dir: str) -> str | None:
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
-def train(cfg: ExtractorConfig) -> dict:
-    trainer = build_trainer(cfg)
-    resume = last_checkpoint(cfg.output_dir)
+def train_resuming(trainer, output_dir: str):
+    """Train, continuing from the last checkpoint in output_dir when a killed run left one.
+    Returns (train result, wall seconds, the checkpoint resumed from or None)."""
+    resume = last_checkpoint(output_dir)
     if resume:
         print(f"[train] resuming from {resume}", file=sys.stderr)
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=resume)
-    wall = time.time() - t0
+    return result, time.time() - t0, resume
+
+
+def train(cfg: ExtractorConfig) -> dict:
+    trainer = build_trainer(cfg)
+    result, wall, resume = train_resuming(trainer, cfg.output_dir)
     out = Path(cfg.output_dir)
     trainer.model.save_pretrained(out / "adapter")
     trainer.processing_class.save_pretrained(out / "adapter")
