@@ -232,6 +232,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from training.extractor import ExtractorConfig, validate
     from training.merge import MergeConfig
 
+    from eval.e2e import E2EConfig
     from eval.encoder_eval import EncoderEvalConfig
     from training.encoder import EncoderConfig
 
@@ -246,7 +247,8 @@ def test_every_yaml_loads_into_its_dataclass():
         elif rel.parts[0] == "data_gen":
             load_config(DataConfig, path)
         elif rel.parts[0] == "eval":
-            load_config(EncoderEvalConfig if rel.name.startswith("encoders") else EvalConfig, path)
+            prefix = rel.name.split("_")[0]
+            load_config({"encoders": EncoderEvalConfig, "e2e": E2EConfig, "extractor": EvalConfig}[prefix], path)
         elif rel.parts[0] == "serving":
             load_config(ServeConfig, path)
         else:
