@@ -97,6 +97,24 @@ def _append(path: Path, rows: list[dict]) -> None:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
+# what the cached banks, queries and answers of a run directory depend on
+RESUME_KEYS = ("dataset", "data_path", "split", "include_adversarial", "max_conversations", "max_questions", "windows",
+               "max_new_tokens", "structured", "qa", "judge")
+
+
+def check_resume(run_dir: Path, cfg: E2EConfig) -> None:
+    """A resumed run must not mix banks built under other settings with new ones."""
+    want = {k: getattr(cfg, k) for k in RESUME_KEYS}
+    f = run_dir / "config.json"
+    if f.exists():
+        had = json.loads(f.read_text())
+        changed = [k for k in RESUME_KEYS if k in had and json.dumps(had[k], sort_keys=True) != json.dumps(want[k], sort_keys=True)]
+        if changed:
+            raise ConfigError(f"run_dir={run_dir} was made with other " + ", ".join(
+                f"{k} ({had[k]!r}, now {want[k]!r})" for k in changed) + ": start a new run, or set them back")
+    f.write_text(json.dumps(want, indent=1))
+
+
 def bank_kind(spec: str) -> str:
     if spec == "gold":
         return "gold"
@@ -322,6 +340,7 @@ def run(cfg: E2EConfig) -> Path:
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     for sub in ("banks", "queries"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    check_resume(run_dir, cfg)
     print(f"[eval-e2e] {len(questions)} questions over {len(convs)} conversations; run directory {run_dir} "
           f"(resume with run_dir={run_dir})", file=sys.stderr)
 

@@ -5,6 +5,7 @@
 Each model (a directory, or `embedded:<name>`) generates for every test window and test question
 through the shared rendering path; outputs are parsed by memspec and scored against the gold corpus.
 The run directory gets metrics.json, outputs.jsonl (every raw output), report.md and PNG charts.
+Finished generations are logged in <output_dir>/generations.jsonl: a killed eval resumes there.
 """
 
 from __future__ import annotations
@@ -78,24 +79,34 @@ def score_queries(outputs: list[str], questions: list[dict]) -> dict:
 
 
 def _generate(model: str, cfg: EvalConfig, wins, qs):
-    from eval.generate import HFGenerator, VLLMGenerator
+    """Outputs for every window then every question; finished ones come from the run cache, so a killed
+    eval resumes where it stopped and a repeated one starts no server."""
+    from eval.generate import GenerationCache, HFGenerator, VLLMGenerator
 
-    jobs = [([extraction.chat_messages(w) for w in wins], cfg.max_new_tokens, [extraction.json_schema(w) for w in wins]),
-            ([query_parse.chat_messages(q["question"], q["question_date"]) for q in qs], cfg.query_max_new_tokens,
-             query_parse.json_schema())]
-    outs = []
-    with tqdm(total=len(wins) + len(qs), desc=f"generate {Path(model).name}", unit="prompt") as bar:
-        if cfg.backend == "vllm":
+    cache = GenerationCache(Path(cfg.output_dir) / "generations.jsonl", model, backend=cfg.backend,
+                            structured=cfg.structured and cfg.backend == "vllm", dtype=cfg.dtype)
+    items = [(extraction.chat_messages(w), cfg.max_new_tokens, extraction.json_schema(w)) for w in wins]
+    items += [(query_parse.chat_messages(q["question"], q["question_date"]), cfg.query_max_new_tokens,
+               query_parse.json_schema()) for q in qs]
+    keys = [cache.key(*it) for it in items]
+    todo = [i for i, k in enumerate(keys) if cache.get(k) is None]
+    with tqdm(total=len(items), initial=len(items) - len(todo), desc=f"generate {Path(model).name}", unit="prompt") as bar:
+        groups = {}  # one generator call per max_new_tokens
+        for i in todo:
+            groups.setdefault(items[i][1], []).append(i)
+        if todo and cfg.backend == "vllm":
             with VLLMGenerator(model, cfg.structured, cfg.concurrency) as gen:
-                for chats, max_new, schema in jobs:
-                    outs += gen(chats, max_new, progress=bar, schema=schema)
-        elif cfg.backend == "hf":
+                for max_new, idx in groups.items():
+                    gen([items[i][0] for i in idx], max_new, progress=bar, schema=[items[i][2] for i in idx],
+                        sink=lambda j, g, idx=idx: cache.put(keys[idx[j]], g))
+        elif todo and cfg.backend == "hf":
             gen = HFGenerator(model, cfg.dtype)
-            for chats, max_new, _ in jobs:
-                outs += gen(chats, max_new, cfg.batch_size, progress=bar)
-        else:
+            for max_new, idx in groups.items():
+                gen([items[i][0] for i in idx], max_new, cfg.batch_size, progress=bar,
+                    sink=lambda j, g, idx=idx: cache.put(keys[idx[j]], g))
+        elif todo:
             raise ValueError(f"backend {cfg.backend!r}: expected vllm or hf")
-    return outs
+    return [cache.get(k) for k in keys]
 
 
 def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tuple[dict, list[dict]]:

@@ -8,8 +8,12 @@ counts, so metrics can charge tokens per window. On CPU the served path is sever
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from memspec.render import prompt_ids
 
@@ -34,8 +38,9 @@ class HFGenerator:
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
 
     def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, batch_size: int = 8,
-                 progress=None) -> list[Generation]:
-        """Greedy generation for each chat (system + user messages), batched by prompt length."""
+                 progress=None, sink=None) -> list[Generation]:
+        """Greedy generation for each chat (system + user messages), batched by prompt length;
+        `sink(i, generation)` sees each one as it finishes."""
         import torch
 
         ids = [prompt_ids(self.tok, msgs) for msgs in conversations]
@@ -54,6 +59,8 @@ class HFGenerator:
                 toks = row.tolist()
                 n = next((k + 1 for k, t in enumerate(toks) if t == self.tok.eos_token_id), len(toks))
                 out[i] = Generation(self.tok.decode(toks[:n], skip_special_tokens=True), len(ids[i]), n)
+                if sink is not None:
+                    sink(i, out[i])
             if progress is not None:
                 progress.update(len(batch))
         return out
@@ -84,18 +91,64 @@ class VLLMGenerator:
         self.servers.stop()
 
     def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, progress=None,
-                 schema: dict | list | None = None) -> list[Generation]:
+                 schema: dict | list | None = None, sink=None) -> list[Generation]:
         """`schema` (one for all, or a list with one per conversation) constrains decoding only when the
-        generator was made with structured=True."""
+        generator was made with structured=True; `sink(i, generation)` sees each one as it finishes."""
         from concurrent.futures import ThreadPoolExecutor
 
         schemas = schema if isinstance(schema, list) else [schema] * len(conversations)
 
-        def one(msgs, sch):
+        def one(i, msgs, sch):
             text, pt, ct = self.client.chat(msgs, sch, "output", max_tokens=max_new_tokens)
             if progress is not None:
                 progress.update(1)
+            if sink is not None:
+                sink(i, Generation(text, pt, ct))
             return Generation(text, pt, ct)
 
         with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(one, conversations, schemas))
+            return list(pool.map(one, range(len(conversations)), conversations, schemas))
+
+
+def model_fingerprint(model: str) -> str:
+    """Names a model's weights: a retrained or re-merged directory gets a new fingerprint."""
+    p = Path(model)
+    if not p.is_dir():
+        return model
+    files = sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")) + [p / "config.json"]
+    return model + ":" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())
+
+
+class GenerationCache:
+    """Append-only log of finished generations, flushed one at a time: an eval killed midway redoes only
+    the prompts that had not finished, and a rerun on unchanged models generates nothing."""
+
+    def __init__(self, path: str | Path, model: str, **params):
+        self.path, self.lock = Path(path), threading.Lock()
+        self.prefix = json.dumps([model_fingerprint(model), params], sort_keys=True)
+        self.rows: dict[str, Generation] = {}
+        if self.path.exists():
+            text = self.path.read_text()
+            for line in text.splitlines():
+                try:
+                    row = json.loads(line)
+                    self.rows[row["key"]] = Generation(row["text"], row["prompt_tokens"], row["output_tokens"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a kill: that prompt is simply generated again
+            if text and not text.endswith("\n"):
+                with self.path.open("a") as f:
+                    f.write("\n")  # so the next row does not join the cut-short one
+
+    def key(self, messages: list[dict], max_new_tokens: int, schema) -> str:
+        blob = json.dumps([self.prefix, messages, max_new_tokens, schema], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def get(self, key: str) -> Generation | None:
+        return self.rows.get(key)
+
+    def put(self, key: str, gen: Generation) -> None:
+        with self.lock:
+            self.rows[key] = gen
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps({"key": key, **asdict(gen)}, ensure_ascii=False) + "\n")

@@ -164,6 +164,9 @@ def test_job_resumes_from_a_cached_bank_without_a_server(tmp_path, seed):
                run_dir=str(run_dir))
     res = json.loads((run(cfg) / "results.json").read_text())
     assert res["results"]["cached model"]["stats"] == {"records": 10, "windows": 3}
+    with pytest.raises(ConfigError, match=r"made with other max_new_tokens \(384, now 99\)"):
+        run(_cfg(tmp_path, banks=["embedded:smollm2-135m-instruct"], labels=["cached model"], variants=["question"],
+                 run_dir=str(run_dir), max_new_tokens=99))
 
 
 def test_job_config_errors(tmp_path):

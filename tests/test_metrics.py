@@ -136,3 +136,37 @@ def test_local_evaluate_module_token_counts_and_bad_reference():
         m.compute(predictions=[gold], references=['{"memories": [{"content": "x"}]}'], similarity="token_f1")
     with pytest.raises(ValueError, match="prompt_tokens: 1 counts for 2 predictions"):
         m.compute(predictions=[gold, gold], references=[gold, gold], similarity="token_f1", prompt_tokens=[1])
+
+
+def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypatch):
+    """The gold-set eval end to end on the real base model (in-process, a few tokens); a rerun after
+    a kill regenerates only the prompts that had not finished, and a full rerun generates nothing."""
+    from eval import extractor_eval, generate
+    from memdistill.config import load_config
+
+    cfg = load_config(extractor_eval.EvalConfig, REPO / "configs/eval/extractor_cpu.yaml",
+                      ["models=[embedded:smollm2-135m-instruct]", "labels=[base]", "backend=hf", "max_windows=2",
+                       "max_questions=1", "max_new_tokens=12", "query_max_new_tokens=8", "similarity=token_f1",
+                       f"output_dir={tmp_path}"])
+    out = extractor_eval.run(cfg)
+    metrics = json.loads((out / "metrics.json").read_text())
+    ext = metrics["results"]["base"]["extraction"]
+    assert (metrics["windows"], metrics["questions"]) == (2, 1) and ext["windows"] == 2
+    assert ext["output_tokens_per_window"] <= 12 and ext["prompt_tokens_per_window"] > 100
+    assert (out / "report.md").read_text().count("| memory_f1 |") == 1 and (out / "extraction.png").stat().st_size
+    log = tmp_path / "generations.jsonl"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3
+
+    log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])  # killed while writing the third
+    calls = []
+    real = generate.HFGenerator.__call__
+    monkeypatch.setattr(generate.HFGenerator, "__call__",
+                        lambda self, convs, *a, **k: calls.append(len(convs)) or real(self, convs, *a, **k))
+    again = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
+    assert calls == [1]
+    assert again["results"]["base"]["extraction"] == ext
+
+    monkeypatch.setattr(generate.HFGenerator, "__init__", lambda *a, **k: pytest.fail("generated again"))
+    third = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
+    assert third["results"]["base"]["extraction"] == ext
