@@ -69,6 +69,7 @@ class DataConfig:
     type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
     gate_candidates: int = 20  # BM25 top-N memories per gate question
     gate_min_candidates: int = 5
+    retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
     max_items: dict = field(default_factory=dict)  # job -> at most this many items (chosen by hash, spread out)
     include_seed: bool = True  # add the gold corpus's train/dev rows to the teacher rows
     dev_fraction: float = 0.05

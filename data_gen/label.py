@@ -31,7 +31,8 @@ Reason codes: the memspec parser's codes when an output is unusable (invalid_jso
 wrong_shape, empty_output, empty_anchor, bad_complexity, no_keywords, unreadable_decision, ...);
 truncated_output / unterminated_think (a cut-off answer: its salvaged part would teach the student
 to stop early); teacher_max_tokens (finish_reason "length"); transport_<code> when retries ran out
-(transport_http_500, transport_timeout, transport_connection, transport_http_400, ...);
+(transport_http_500, transport_timeout, transport_connection, transport_http_400, ...; a rerun leaves
+them be, so it costs nothing; `retry_transport: true` asks the teacher for them again);
 too_few_candidates (gate: the conversation has fewer than `gate_min_candidates` memories; no request).
 """
 
@@ -358,11 +359,17 @@ def item_key(item: Item, model: str) -> str:
                                      ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-async def run_job(items: list[Item], t: Teacher, job_dir: Path, min_candidates: int = 5, progress: bool = True) -> tuple[dict, dict]:
-    """Label every item not yet in job_dir/labels.jsonl. Returns ({item_id: record} for `items`, summary)."""
+def _transport_reject(rec: dict) -> bool:
+    return rec["status"] == "rejected" and any(r.startswith("transport_") for r in rec["reasons"])
+
+
+async def run_job(items: list[Item], t: Teacher, job_dir: Path, min_candidates: int = 5, progress: bool = True,
+                  retry_transport: bool = False) -> tuple[dict, dict]:
+    """Label every item not yet in job_dir/labels.jsonl (with retry_transport, also those whose retries
+    ran out last time; the newer line wins). Returns ({item_id: record} for `items`, summary)."""
     job = items[0].job if items else job_dir.name
     log = LabelLog(job_dir / "labels.jsonl")
-    todo = [it for it in items if it.key not in log.done]
+    todo = [it for it in items if it.key not in log.done or (retry_transport and _transport_reject(log.done[it.key]))]
     t0, counts = time.time(), {"ok": 0, "rejected": 0}
     bar = tqdm(total=len(todo), desc=f"teacher {job}", unit="item", disable=not progress, mininterval=0.5, smoothing=0.1)
     queue = iter(todo)
@@ -465,7 +472,8 @@ async def run_all(cfg) -> tuple[dict, dict]:
         for it in items:
             it.key = item_key(it, settings.model)
         async with Teacher(settings, cfg.cache_dir) as t:
-            results[job], summary["jobs"][job] = await run_job(items, t, label_dir / job, cfg.gate_min_candidates, cfg.progress)
+            results[job], summary["jobs"][job] = await run_job(items, t, label_dir / job, cfg.gate_min_candidates, cfg.progress,
+                                                                 cfg.retry_transport)
         label_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(label_dir / "run_summary.json", json.dumps(summary, indent=1))
     return results, summary

@@ -152,6 +152,10 @@ class FakeOpenAI:
             h = content if isinstance(content, str) else content_hash(content)
             self._by_hash[h] = [fault, times]
 
+    def clear_faults(self) -> None:
+        self._by_index.clear()
+        self._by_hash.clear()
+
     def _fault_for(self, index: int, h: str) -> str | None:
         if index in self._by_index:
             return self._by_index[index]

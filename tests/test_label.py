@@ -19,7 +19,7 @@ from data_gen.sources import SourceError, load
 from memdistill.config import load_config
 from memspec import extraction, memory_type, query_parse
 from tests.conftest import FIXTURES, REPO
-from tests.fake_openai import FakeOpenAI, answer, type_decision
+from tests.fake_openai import FakeOpenAI, answer, content_hash, type_decision
 
 KEY = "sk-label-test-SECRET-31415926"
 TASK_FILES = [f"{task}/{split}.jsonl" for task in ("extractor", "router", "planner", "gate") for split in ("train", "dev", "test")]
@@ -127,6 +127,22 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         assert _built(out) == before
         for job in label.check_jobs(cfg.jobs):  # nothing appended twice
             assert len(_labels(out, job)) == lab[job]["items"]
+
+        # once the teacher is healthy again, retry_transport asks again for what ran out of retries only
+        fake.clear_faults()
+        failed = {ids[2], q_item.item_id}
+        sent = fake.requests
+        build(_cfg(tmp_path, fake.url, retry_transport=True))
+        asked = {e["hash"] for e in fake.log[sent:]}
+        msgs = _extraction_messages(cfg)
+        assert content_hash(msgs[ids[2]]) in asked and content_hash(msgs[ids[0]]) not in asked
+        now = {r["item_id"]: r for job in ("extraction", "query_parse") for r in _labels(out, job)}  # the newer line wins
+        assert all(now[i]["status"] == "ok" for i in failed)
+        rejects = [json.loads(x) for x in (out / "labels/extraction/rejects.jsonl").read_text().splitlines()]
+        assert {r["item_id"] for r in rejects if r["level"] == "item"} == set(ids[:2])
+        sent = fake.requests
+        build(_cfg(tmp_path, fake.url, retry_transport=True))
+        assert fake.requests == sent
 
     # the key is in no file written and in no output printed
     captured = capfd.readouterr()
