@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def _generate(model: str, cfg: EvalConfig, wins, qs):
     eval resumes where it stopped and a repeated one starts no server."""
     from eval.generate import GenerationCache, HFGenerator, VLLMGenerator
 
+    if cfg.backend not in ("vllm", "hf"):
+        raise ValueError(f"backend {cfg.backend!r}: expected vllm or hf")
     cache = GenerationCache(Path(cfg.output_dir) / "generations.jsonl", model, backend=cfg.backend,
                             structured=cfg.structured and cfg.backend == "vllm", dtype=cfg.dtype)
     items = [(extraction.chat_messages(w), cfg.max_new_tokens, extraction.json_schema(w)) for w in wins]
@@ -90,22 +93,17 @@ def _generate(model: str, cfg: EvalConfig, wins, qs):
                query_parse.json_schema()) for q in qs]
     keys = [cache.key(*it) for it in items]
     todo = [i for i, k in enumerate(keys) if cache.get(k) is None]
+    groups: dict[int, list[int]] = {}  # one generator call per max_new_tokens
+    for i in todo:
+        groups.setdefault(items[i][1], []).append(i)
     with tqdm(total=len(items), initial=len(items) - len(todo), desc=f"generate {Path(model).name}", unit="prompt") as bar:
-        groups = {}  # one generator call per max_new_tokens
-        for i in todo:
-            groups.setdefault(items[i][1], []).append(i)
-        if todo and cfg.backend == "vllm":
-            with VLLMGenerator(model, cfg.structured, cfg.concurrency) as gen:
+        if todo:
+            vllm = cfg.backend == "vllm"
+            with VLLMGenerator(model, cfg.structured, cfg.concurrency) if vllm else nullcontext(HFGenerator(model, cfg.dtype)) as gen:
                 for max_new, idx in groups.items():
-                    gen([items[i][0] for i in idx], max_new, progress=bar, schema=[items[i][2] for i in idx],
-                        sink=lambda j, g, idx=idx: cache.put(keys[idx[j]], g))
-        elif todo and cfg.backend == "hf":
-            gen = HFGenerator(model, cfg.dtype)
-            for max_new, idx in groups.items():
-                gen([items[i][0] for i in idx], max_new, cfg.batch_size, progress=bar,
-                    sink=lambda j, g, idx=idx: cache.put(keys[idx[j]], g))
-        elif todo:
-            raise ValueError(f"backend {cfg.backend!r}: expected vllm or hf")
+                    opts = {"schema": [items[i][2] for i in idx]} if vllm else {"batch_size": cfg.batch_size}
+                    gen([items[i][0] for i in idx], max_new, progress=bar,
+                        sink=lambda j, g, idx=idx: cache.put(keys[idx[j]], g), **opts)
     return [cache.get(k) for k in keys]
 
 

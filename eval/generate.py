@@ -99,12 +99,12 @@ class VLLMGenerator:
         schemas = schema if isinstance(schema, list) else [schema] * len(conversations)
 
         def one(i, msgs, sch):
-            text, pt, ct = self.client.chat(msgs, sch, "output", max_tokens=max_new_tokens)
+            gen = Generation(*self.client.chat(msgs, sch, "output", max_tokens=max_new_tokens))
             if progress is not None:
                 progress.update(1)
             if sink is not None:
-                sink(i, Generation(text, pt, ct))
-            return Generation(text, pt, ct)
+                sink(i, gen)
+            return gen
 
         with ThreadPoolExecutor(self.concurrency) as pool:
             return list(pool.map(one, range(len(conversations)), conversations, schemas))
