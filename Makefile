@@ -4,7 +4,7 @@
 #   make test            the test suite (what .ci/run runs)
 #   make check-seed      validate the gold corpus under data/seed and print its statistics
 #   make data            build every training set from the gold corpus (data/built)
-#                        with a teacher: make data DATA_CONFIG=configs/data_gen/teacher_vllm_qwen3.yaml
+#                        with a teacher: make data DATA_CONFIG=configs/data/teacher_vllm_qwen3.yaml
 #   make train-extractor train the embedded-default extractor (SmolLM2-135M + LoRA, CPU)
 #   make train-router    train the TriMEM type router (MiniLM on CPU; *_roberta_base.yaml for GPU)
 #   make train-planner   train the TiMem recall planner (3-class complexity)
@@ -26,7 +26,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: setup models test check-seed data train-extractor merge serve eval eval-e2e bench lock
-DATA_CONFIG ?= configs/data_gen/seed.yaml
+DATA_CONFIG ?= configs/data/seed.yaml
 TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
 SERVE_CONFIG ?= configs/serving/cpu.yaml
 MERGE_CONFIG ?= configs/training/merge_cpu.yaml
@@ -72,7 +72,7 @@ eval-encoders: setup models data
 	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
 
 bench: setup models data
-	$(PY) -m eval.bench $(ARGS)
+	$(PY) -m memdistill.eval.bench $(ARGS)
 
 lock: setup
 	@( echo "# Pinned versions for the CPU venv (make setup). Regenerate: make lock"; \

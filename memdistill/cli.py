@@ -1,11 +1,11 @@
 """`memdistill` command line: one subcommand per job.
 
-  memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH --window W --overlap O
+  memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH [--model DIR] [--window W --overlap O]
   memdistill parse --task extraction [--window FILE]  < raw_model_output
   memdistill models                                   materialise the embedded default models
   memdistill check-seed [DIR]                         validate the gold corpus, print statistics
-  memdistill data --config configs/data_gen/seed.yaml [key=value ...]
-  memdistill data --config configs/data_gen/teacher_vllm_qwen3.yaml   label with a teacher, then build
+  memdistill data --config configs/data/seed.yaml [key=value ...]
+  memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
   memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
   memdistill train router|planner|gate --config configs/training/<task>_cpu.yaml [key=value ...]
   memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -27,18 +29,28 @@ class UsageError(Exception):
 
 
 def _windows(args) -> int:
-    from data_gen.sources import SourceError, load
-    from memspec.dialogue import WINDOW_PRESETS, windows
+    from memdistill.core.models import trained_windows
+    from memdistill.data.sources import SourceError, load
+    from memdistill.spec.dialogue import choose_window, windows
 
+    trained = None
+    if args.model:
+        if not Path(args.model).is_dir():
+            raise UsageError(f"--model {args.model}: no such model directory")
+        trained = trained_windows(args.model)
+        if trained is None:
+            raise UsageError(f"--model {args.model}: no training windows in its metadata (memdistill.json)")
     try:
         convs = load(args.format, args.path)
     except SourceError as e:
         print(f"memdistill windows: {e}", file=sys.stderr)
         return 1
+    noted = set()
     for conv in convs:
-        size, overlap = WINDOW_PRESETS[conv.style]
-        size = args.window or size
-        overlap = args.overlap if args.overlap is not None else min(overlap, size - 1)
+        size, overlap, note = choose_window(conv.style, trained, args.window, args.overlap)
+        if note and args.model and note not in noted:  # without --model the presets are the documented default
+            noted.add(note)
+            print(f"memdistill windows: {note}", file=sys.stderr)
         try:
             ws = windows(conv, size, overlap)
         except ValueError as e:
@@ -49,8 +61,8 @@ def _windows(args) -> int:
 
 
 def _parse(args) -> int:
-    from memspec import task_module
-    from memspec.dialogue import Window
+    from memdistill.spec import task_module
+    from memdistill.spec.dialogue import Window
 
     raw = sys.stdin.read()
     if args.task == "extraction":
@@ -76,7 +88,7 @@ def _parse(args) -> int:
 
 
 def _models(args) -> int:
-    from training.base_models import materialise
+    from memdistill.core.models import materialise
 
     for name, path in materialise(force=args.force).items():
         print(f"{name}: {path}")
@@ -84,7 +96,7 @@ def _models(args) -> int:
 
 
 def _check_seed(args) -> int:
-    from data_gen.seed import check
+    from memdistill.data.seed import check
 
     report = check(args.dir)
     print(report.render())
@@ -94,13 +106,14 @@ def _check_seed(args) -> int:
 def _job(module: str, **kwargs):
     def run(args) -> int:
         import importlib
-        argv = (["--config", args.config] if args.config else []) + list(args.overrides)
+        # the job's own parser answers --help: it lists every setting with its type, default and comment
+        argv = ["--help"] if args.help else (["--config", args.config] if args.config else []) + list(args.overrides)
         return importlib.import_module(module).main(argv, **kwargs)
     return run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memspec import TASKS
+    from memdistill.spec import TASKS
 
     p = argparse.ArgumentParser(prog="memdistill", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -108,8 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("windows", help="render overlapping extraction windows as JSONL on stdout")
     w.add_argument("--format", required=True, choices=["locomo", "longmemeval", "chat-jsonl", "seed", "hf"])
     w.add_argument("path")
-    w.add_argument("--window", type=int, help="messages per window (default: 25 multi-party, 15 user-assistant)")
-    w.add_argument("--overlap", type=int, help="context messages repeated at the start of each window (default 5 / 3)")
+    w.add_argument("--model", help="a trained extractor directory (merged model or run): default to the windows it "
+                                    "was trained on")
+    w.add_argument("--window", type=int, help="messages per window (default: the model's training window, else the "
+                                              "paper presets, 25 multi-party and 15 user-assistant)")
+    w.add_argument("--overlap", type=int, help="context messages repeated at the start of each window "
+                                               "(default: the model's, else 5 / 3)")
     w.set_defaults(func=_windows)
 
     pa = sub.add_parser("parse", help="parse a raw model output from stdin into validated records + problems")
@@ -121,25 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--force", action="store_true", help="rebuild even if present")
     m.set_defaults(func=_models)
 
-    jobs = [("data", "build training sets (gold corpus or teacher labels)", _job("data_gen.build")),
-            ("merge", "merge a trained adapter and export a servable model", _job("training.merge")),
-            ("eval", "compare extractors on the gold test split", _job("eval.extractor_eval")),
+    jobs = [("data", "build training sets (gold corpus or teacher labels)", _job("memdistill.data.build")),
+            ("merge", "merge a trained adapter and export a servable model", _job("memdistill.train.merge")),
+            ("eval", "compare extractors on the gold test split", _job("memdistill.eval.extractor")),
             ("eval-encoders", "router, planner and gate vs the served LM and rules on the gold test split",
-             _job("eval.encoder_eval")),
-            ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("eval.e2e")),
-            ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("serving.server"))]
+             _job("memdistill.eval.encoders")),
+            ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
+            ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server"))]
     for name, help_, func in jobs:
-        j = sub.add_parser(name, help=help_)
+        j = sub.add_parser(name, help=help_, add_help=False)
+        j.add_argument("-h", "--help", action="store_true", help="list the job's settings")
         j.add_argument("--config")
         j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
         j.set_defaults(func=func)
     train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
-    for name, module in (("extractor", "training.extractor"), ("router", "training.encoder"),
-                         ("planner", "training.encoder"), ("gate", "training.encoder")):
-        t = train.add_parser(name, help=f"train the {name}")
-        t.add_argument("--config", required=True)
+    for name, module in (("extractor", "memdistill.train.extractor"), ("router", "memdistill.train.encoder"),
+                         ("planner", "memdistill.train.encoder"), ("gate", "memdistill.train.encoder")):
+        t = train.add_parser(name, help=f"train the {name}", add_help=False)
+        t.add_argument("-h", "--help", action="store_true", help="list the job's settings")
+        t.add_argument("--config")
         t.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
-        t.set_defaults(func=_job(module, task=name) if module == "training.encoder" else _job(module))
+        t.set_defaults(func=_job(module, task=name) if module == "memdistill.train.encoder" else _job(module))
 
     c = sub.add_parser("check-seed", help="validate the gold seed corpus and print its statistics")
     c.add_argument("dir", nargs="?", default="data/seed")
@@ -149,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         return args.func(args)
@@ -156,6 +176,11 @@ def main(argv=None) -> int:
         parser.print_usage(sys.stderr)
         print(f"memdistill {getattr(args, 'command', '')}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`memdistill windows ... | head`): stop quietly, as Unix tools do; stdout is
+        # pointed at devnull so the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

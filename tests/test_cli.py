@@ -84,3 +84,37 @@ def test_parse_exits_zero_whatever_the_output(task):
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
         assert set(res) == {"records", "problems"} and res["problems"]
+
+
+def test_windows_default_to_the_models_training_windows(tmp_path):
+    model = tmp_path / "merged"
+    model.mkdir()
+    (model / "memdistill.json").write_text(json.dumps({"training_windows": {"multi-party": [[6, 1]]}}))
+    r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(model))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [len(w["messages"]) for w in lines[:2]] == [6, 6] and lines[1]["extract_from"] == 2
+    assert r.stderr == ""
+    r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(model), "--window", "10")
+    assert r.returncode == 0 and "10/1 is not one the model was trained on" in r.stderr  # allowed, reported
+    r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(tmp_path / "none"))
+    assert r.returncode == 2 and "no such model directory" in r.stderr
+
+
+def test_windows_piped_into_head_exits_quietly():
+    # the gold corpus in 2-message windows is far more than a pipe buffer holds, so the writer hits the closed pipe
+    p = subprocess.Popen([sys.executable, "-m", "memdistill", "windows", "--format", "seed",
+                          str(REPO / "data/seed/conversations.jsonl"), "--window", "2", "--overlap", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    first = p.stdout.readline()
+    p.stdout.close()  # what `| head -1` does once it has its line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and json.loads(first)["window_index"] == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_job_help_lists_every_setting_with_its_comment():
+    r = run("train", "extractor", "--help")
+    assert r.returncode == 0
+    assert "layers_to_transform (list | None, default None): Only these decoder layers get adapters" in r.stdout
+    assert "data_config (str, default 'configs/data/seed.yaml'): the build that writes train_file" in r.stdout

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memspec.dialogue import TimestampError, Window, parse_timestamp, render_message, windows
+from memdistill.spec.dialogue import TimestampError, Window, parse_timestamp, render_message, windows
 from tests.conftest import make_conversation
 
 
@@ -82,3 +82,20 @@ def test_windowing_properties(n, size, data):
             assert w.text.split("\n")[num - 1].split("] ", 1)[1].startswith(f"{num}.{t.speaker}: ")
         rebuilt = Window.from_json(w.to_json())
         assert [t.turn_id for t in rebuilt.turns] == [t.turn_id for t in w.turns]
+
+
+def test_choose_window_prefers_explicit_then_trained_then_preset():
+    from memdistill.spec.dialogue import WINDOW_PRESETS, choose_window
+
+    trained = {"multi-party": [[6, 1], [4, 1]], "user-assistant": [[4, 1]]}
+    assert choose_window("multi-party", trained) == (6, 1, None)
+    assert choose_window("user-assistant", trained) == (4, 1, None)
+    assert choose_window("multi-party", trained, 4, 1) == (4, 1, None)  # a second training window is fine
+    size, ov, note = choose_window("multi-party", trained, 25)
+    assert (size, ov) == (25, 1) and "25/1 is not one the model was trained on (multi-party 6/1, 4/1)" in note
+    size, ov, note = choose_window("multi-party", trained, 3)  # the overlap is capped below the window
+    assert (size, ov) == (3, 1) and note
+    assert choose_window("multi-party", None) == (*WINDOW_PRESETS["multi-party"], choose_window("multi-party")[2])
+    assert "unknown" in choose_window("multi-party", None)[2]
+    assert choose_window("multi-party", None, 10, 2) == (10, 2, None)  # explicit, nothing to compare with
+    assert "no user-assistant windows" in choose_window("user-assistant", {"multi-party": [[6, 1]]})[2]

@@ -1,17 +1,17 @@
-"""The end-to-end job (eval.e2e) and the QA / judge contract (memspec.qa)."""
+"""The end-to-end job (memdistill.eval.e2e) and the QA / judge contract (memdistill.spec.qa)."""
 
 import json
 
 import pytest
 
-from data_gen import seed as seedlib
-from eval.e2e import E2EConfig, run
-from memdistill.config import ConfigError, load_config
-from memspec import qa
+from memdistill.data import seed as seedlib
+from memdistill.eval.e2e import E2EConfig, run
+from memdistill.core.config import ConfigError, load_config
+from memdistill.spec import qa
 from tests.conftest import REPO
 
 
-# --- memspec.qa ---------------------------------------------------------------------------------
+# --- memdistill.spec.qa ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw, correct, code", [
     ('{"reason": "same date", "verdict": "correct"}', True, None),
@@ -179,7 +179,7 @@ def test_job_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="judge.model is required"):
         run(_cfg(tmp_path, qa={"base_url": "x", "model": "m"}, judge={"base_url": "x"}))
     with pytest.raises(ConfigError, match="hooks need hooks_url"):
-        run(_cfg(tmp_path, hooks=["types"]))
+        run(_cfg(tmp_path, hooks=["router"]))
     with pytest.raises(ConfigError, match="needs dataset=seed"):
         run(_cfg(tmp_path, dataset="locomo", data_path=str(REPO / "tests/fixtures/locomo_sample.json")))
 
@@ -188,11 +188,11 @@ def test_job_config_errors(tmp_path):
 def test_endpoint_bank_queries_hooks_and_judge_through_a_live_server(tmp_path, server):
     """The whole served path on one conversation: the untrained model extracts the bank, parses the
     queries, serves the hooks and answers and judges. Its answers are poor; what is checked is that every
-    step ran and every output went through memspec's parsers."""
+    step ran and every output went through the spec's parsers."""
     url = f"{server.urls[0]}/v1"
     endpoint = {"base_url": url, "model": server.cfg.served_model_name, "max_tokens": 64, "concurrency": 4}
     cfg = _cfg(tmp_path, banks=["gold", url], labels=["gold", "served"], variants=["question", "model+route"],
-               max_questions=2, max_new_tokens=160, hooks_url=url, hooks=["types", "plan", "gate"], qa=endpoint,
+               max_questions=2, max_new_tokens=160, hooks_url=url, hooks=["router", "planner", "gate"], qa=endpoint,
                judge=endpoint)
     out = run(cfg)
     results = json.loads((out / "results.json").read_text())["results"]
@@ -215,9 +215,9 @@ def test_endpoint_bank_queries_hooks_and_judge_through_a_live_server(tmp_path, s
 def test_extraction_resumes_from_finished_chunks(tmp_path, seed):
     """Chunks already in the partial file are not sent again: the client points at a closed port, so any
     request would raise EndpointUnavailable."""
-    from eval.e2e import extract_bank
-    from serving.client import MemoryModels
-    from serving.server import free_port
+    from memdistill.eval.e2e import extract_bank
+    from memdistill.serve.client import MemoryModels
+    from memdistill.serve.server import free_port
 
     cfg = _cfg(tmp_path)
     conv = seed.conversations["mp01"]

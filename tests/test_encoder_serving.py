@@ -7,11 +7,11 @@ import time
 import httpx
 import pytest
 
-from memspec import memory_type, recall_gate
-from serving.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
-from serving.server import free_port
+from memdistill.spec import memory_type, recall_gate
+from memdistill.serve.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
+from memdistill.serve.server import free_port
 from tests.conftest import encoder_rows
-from training.encoder import Encoder
+from memdistill.train.encoder import Encoder
 
 SNIPPETS = ["Hi there!", "Last Saturday I ran my first half marathon in Lisbon.",
             "Assistant: Lentils need no soaking; red ones cook in about 20 minutes.",
@@ -47,7 +47,7 @@ def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
 @pytest.mark.vllm
 def test_gate_scores_and_selection_equal_in_process(sdk, encoder_servers):
     enc = Encoder(encoder_servers.encoders["gate"][0])
-    from eval.encoder_eval import gate_examples
+    from memdistill.metrics.encoders import gate_examples
     for ex in gate_examples(encoder_rows("gate", 48, "test")):
         served = sdk.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
         local = enc.keep_scores(ex["question"], ex["complexity"], ex["candidates"])

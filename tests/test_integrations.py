@@ -3,11 +3,11 @@
 import openai
 import pytest
 
-from data_gen import seed as seedlib
-from memspec import extraction
-from memspec.dialogue import windows
-from serving.client import ExtractedMemory
-from serving.integrations import local_mem0, openai_extraction_request, search_mem0, store_in_mem0
+from memdistill.data import seed as seedlib
+from memdistill.spec import extraction
+from memdistill.spec.dialogue import windows
+from memdistill.serve.client import ExtractedMemory
+from memdistill.serve.adapters import local_mem0, openai_extraction_request, search_mem0, store_in_mem0
 from tests.conftest import REPO
 
 

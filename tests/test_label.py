@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_gen import label
-from data_gen.build import DataConfig, build
-from data_gen.sources import SourceError, load
-from memdistill.config import load_config
-from memspec import extraction, memory_type, query_parse
+from memdistill.data import label
+from memdistill.data.build import DataConfig, build
+from memdistill.data.sources import SourceError, load
+from memdistill.core.config import load_config
+from memdistill.spec import extraction, memory_type, query_parse
 from tests.conftest import FIXTURES, REPO
-from tests.fake_openai import FakeOpenAI, answer, content_hash, type_decision
+from memdistill.data.fake_teacher import FakeOpenAI, answer, content_hash, type_decision
 
 KEY = "sk-label-test-SECRET-31415926"
 TASK_FILES = [f"{task}/{split}.jsonl" for task in ("extractor", "router", "planner", "gate") for split in ("train", "dev", "test")]
 
 
 def _cfg_dict(tmp: Path, url: str, **over) -> dict:
-    d = yaml.safe_load((REPO / "configs/data_gen/teacher_fake.yaml").read_text())
+    d = yaml.safe_load((REPO / "configs/data/teacher_fake.yaml").read_text())
     d.update(output_dir=str(tmp / "out"), cache_dir=str(tmp / "cache"), seed_dir=str(REPO / "data/seed"), progress=False)
     for src in d["sources"]:
         src["path"] = str(REPO / src["path"])
@@ -226,7 +226,7 @@ def test_torn_last_line_is_cut_and_relabelled(tmp_path, monkeypatch):
 def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_path, monkeypatch):
     import datasets
 
-    from data_gen import seed as seedlib
+    from memdistill.data import seed as seedlib
     seed = seedlib.load(REPO / "data/seed")
     test_convs = {c for c, s in seed.split.items() if s == "test"}
     long_test_turn = next(t.text for c in sorted(test_convs) for t in seed.conversations[c].turns if len(t.text.split()) > 25)

@@ -5,8 +5,8 @@ import json
 import evaluate
 import pytest
 
-from eval.extraction_metrics import ExtractionScores, keyword_f1, match, token_f1
-from memspec.extraction import Dimension, MemoryRecord, render_completion
+from memdistill.metrics.extraction import ExtractionScores, keyword_f1, match, token_f1
+from memdistill.spec.extraction import Dimension, MemoryRecord, render_completion
 from tests.conftest import REPO
 
 
@@ -90,7 +90,7 @@ def test_embedding_similarity_matches_paraphrases_only():
 
 
 def test_local_evaluate_module_loads_offline():
-    m = evaluate.load(str(REPO / "eval/metrics/dimmem_extraction"))
+    m = evaluate.load(str(REPO / "memdistill/metrics/dimmem_extraction"))
     gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
     out = m.compute(predictions=["```json\n" + gold + "\n```", ""], references=[gold, gold], similarity="token_f1")
     assert out["memory_recall"] == 0.5 and out["memory_precision"] == 1.0 and out["json_valid_rate"] == 0.5
@@ -126,7 +126,7 @@ def test_matching_stays_inside_a_window():
 
 
 def test_local_evaluate_module_token_counts_and_bad_reference():
-    m = evaluate.load(str(REPO / "eval/metrics/dimmem_extraction"))
+    m = evaluate.load(str(REPO / "memdistill/metrics/dimmem_extraction"))
     gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
     out = m.compute(predictions=[gold, gold], references=[gold, gold], similarity="token_f1",
                     prompt_tokens=[100, 300], output_tokens=[50, 70])
@@ -141,8 +141,8 @@ def test_local_evaluate_module_token_counts_and_bad_reference():
 def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypatch):
     """The gold-set eval end to end on the real base model (in-process, a few tokens); a rerun after
     a kill regenerates only the prompts that had not finished, and a full rerun generates nothing."""
-    from eval import extractor_eval, generate
-    from memdistill.config import load_config
+    from memdistill.eval import extractor as extractor_eval, generate
+    from memdistill.core.config import load_config
 
     cfg = load_config(extractor_eval.EvalConfig, REPO / "configs/eval/extractor_cpu.yaml",
                       ["models=[embedded:smollm2-135m-instruct]", "labels=[base]", "backend=hf", "max_windows=2",

@@ -1,12 +1,12 @@
-"""Every memspec parser against a corpus of ugly model outputs: it never raises, recovers what can be
+"""Every spec parser against a corpus of ugly model outputs: it never raises, recovers what can be
 recovered, and names what was wrong with a reason code."""
 
 import json
 
 import pytest
 
-from memspec import extraction, memory_type, query_parse, recall_gate, recall_plan
-from memspec.dialogue import windows
+from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec.dialogue import windows
 from tests.conftest import make_conversation
 
 REC = {"source_id": 4, "source_speaker": "Tom", "content": "Tom adopted a puppy named Biscuit on 2023-05-06.",

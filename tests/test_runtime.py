@@ -6,12 +6,13 @@ from datetime import datetime
 
 import pytest
 
-from data_gen.sources import load
-from eval.runtime import (BankError, Hit, MemoryBank, MemoryItem, MemoryRuntime, Question, Recall, RecallScores,
-                          dimension_score, evidence_coverage, locomo_questions, longmemeval_question, score_gate)
-from memspec.dialogue import Conversation, Session, Turn
-from memspec.extraction import Dimension, MemoryRecord
-from memspec.query_parse import QueryAnalysis, QueryDimension
+from memdistill.data.sources import load
+from memdistill.data.questions import Question, locomo_questions, longmemeval_question
+from memdistill.metrics.recall import RecallScores, evidence_coverage
+from memdistill.runtime import BankError, Hit, MemoryBank, MemoryItem, MemoryRuntime, Recall, dimension_score, score_gate
+from memdistill.spec.dialogue import Conversation, Session, Turn
+from memdistill.spec.extraction import Dimension, MemoryRecord
+from memdistill.spec.query_parse import QueryAnalysis, QueryDimension
 from tests.conftest import FIXTURES
 
 
@@ -36,7 +37,7 @@ ITEMS = [
 
 @pytest.fixture(scope="module")
 def embed():
-    from eval.extraction_metrics import Embedder
+    from memdistill.core.embedder import Embedder
     return Embedder()
 
 
@@ -79,7 +80,7 @@ def test_type_constraint_and_type_router_change_the_ranking(embed):
     assert top(rt.rank("Where did Maya go hiking?", "c1", q, route=False)) == ["m4"]  # a profile, no place
     assert top(rt.rank("Where did Maya go hiking?", "c1", q, route=True), 2) in (["m1", "m2"], ["m2", "m1"])
     # the same through the type-router hook, with no parsed query at all
-    routed = MemoryRuntime(MemoryBank(ITEMS), embed, type_router=lambda question: ["episodic"])
+    routed = MemoryRuntime(MemoryBank(ITEMS), embed, router=lambda question: ["episodic"])
     assert top(routed.recall("Where did Maya go hiking?", "c1", route=False).hits) == ["m4"]
     rec = routed.recall("Where did Maya go hiking?", "c1", route=True)
     assert rec.target_types == ["episodic"] and top(rec.hits, 2) in (["m1", "m2"], ["m2", "m1"])
@@ -180,7 +181,7 @@ def test_bank_from_jsonl_and_errors(tmp_path):
 
 
 def test_bank_from_extracted_keeps_pointers():
-    from serving.client import ExtractedMemory
+    from memdistill.serve.client import ExtractedMemory
     rec = MemoryRecord(source_id=2, content="Tom is a nurse.", dimension=Dimension(memory_type="fact"))
     bank = MemoryBank.from_extracted([ExtractedMemory(rec, "c1", 3, "D1:2", "Tom", "2023-03-05T10:00:00")])
     (it,) = bank.items

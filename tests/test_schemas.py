@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from memspec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
 
 REC = {"source_id": 3, "source_speaker": "Maya", "content": "Maya moved to Lisbon in 2023-04.",
        "dimension": {"memory_type": "fact", "time": "2023-04", "location": "Lisbon", "reason": "", "purpose": "",
@@ -120,8 +120,8 @@ def test_window_schema_admits_gold_and_bounds_a_loop():
     windows, and refuses context sources, endless lists and endless strings."""
     import jsonschema
 
-    from data_gen import seed as seedlib
-    from memspec.dialogue import windows
+    from memdistill.data import seed as seedlib
+    from memdistill.spec.dialogue import windows
     from tests.conftest import REPO
     seed = seedlib.load(REPO / "data" / "seed")
     checked = 0

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from data_gen import seed as seedlib
-from memspec.dialogue import windows
+from memdistill.data import seed as seedlib
+from memdistill.spec.dialogue import windows
 from tests.conftest import REPO
 
 SEED = REPO / "data" / "seed"
@@ -97,9 +97,9 @@ def test_gate_file_is_what_the_builder_makes(seed):
 
 
 def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
-    from data_gen.build import DataConfig, build
-    from memdistill.config import load_config
-    cfg = load_config(DataConfig, REPO / "configs/data_gen/seed.yaml", [f"output_dir={tmp_path / 'built'}"])
+    from memdistill.data.build import DataConfig, build
+    from memdistill.core.config import load_config
+    cfg = load_config(DataConfig, REPO / "configs/data/seed.yaml", [f"output_dir={tmp_path / 'built'}"])
     stats = build(cfg)
     test_convs = {c for c, s in seed.split.items() if s == "test"}
     test_text = {" ".join(t.text.split()) for c in test_convs for t in seed.conversations[c].turns}

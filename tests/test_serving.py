@@ -7,11 +7,11 @@ import time
 import httpx
 import pytest
 
-from data_gen import seed as seedlib
-from memspec.dialogue import windows
-from memspec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
-from serving.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
-from serving.server import free_port
+from memdistill.data import seed as seedlib
+from memdistill.spec.dialogue import windows
+from memdistill.spec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
+from memdistill.serve.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
+from memdistill.serve.server import free_port
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm
@@ -35,6 +35,35 @@ def test_extract_returns_validated_records_with_pointers(mm, seed):
     assert all(isinstance(p.code, str) for _, p in res.problems)
 
 
+def test_extract_defaults_to_the_served_models_training_windows(server):
+    """The served directory's metadata names 5/1 multi-party windows: a client told nothing uses them (read
+    through /v1/models), an explicit window still wins and is reported when the model never saw it."""
+    from memdistill.serve.client import MemoryModels
+    from tests.conftest import SERVED_WINDOWS, make_conversation
+
+    mm = MemoryModels(f"{server.urls[0]}/v1", max_tokens=16, timeout=300)
+    assert mm.training_windows() == SERVED_WINDOWS
+    conv = make_conversation(9)  # multi-party: 5/1 gives 2 windows, the 25/5 preset would give 1
+    r = mm.extract(conv)
+    assert r.windows == {"multi-party": (5, 1)} and r.notes == [] and r.prompt_tokens > 0
+    assert {m.window_index for m in r.memories} | {i for i, _ in r.problems} <= {0, 1}
+    r = mm.extract(conv, window=9, overlap=0)
+    assert r.windows == {"multi-party": (9, 0)} and "9/0 is not one the model was trained on" in r.notes[0]
+
+
+def test_extract_accepts_a_window_line_and_refuses_other_types(mm):
+    from memdistill.spec.dialogue import windows
+    from tests.conftest import make_conversation
+
+    line = windows(make_conversation(3), 3, 0)[0].to_json()  # as `memdistill windows` prints it
+    r = mm.extract(line)
+    assert r.prompt_tokens > 0 and r.windows == {}
+    with pytest.raises(TypeError, match="takes a Conversation, a Window, a window line"):
+        mm.extract("mp01")
+    with pytest.raises(TypeError, match="not a window line"):
+        mm.extract({"text": "hello"})
+
+
 def test_other_models_answer_through_the_sdk(mm):
     q = mm.parse_query("Where did I go hiking last month?", "2023-06-01T10:00:00")
     assert q.ok or q.problems
@@ -51,7 +80,7 @@ def test_other_models_answer_through_the_sdk(mm):
 def test_served_rendering_equals_training_rendering(server, seed):
     """vLLM renders the chat exactly as training does (same template, thinking off by default)."""
     from transformers import AutoTokenizer
-    from memspec import extraction
+    from memdistill.spec import extraction
     tok = AutoTokenizer.from_pretrained(server.model)
     conv = next(iter(seed.conversations.values()))
     msgs = extraction.chat_messages(windows(conv, 6, 1)[1])

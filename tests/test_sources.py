@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from data_gen.sources import SourceError, load
+from memdistill.data.sources import SourceError, load
 from tests.conftest import FIXTURES
 
 

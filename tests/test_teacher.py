@@ -6,11 +6,11 @@ from email.utils import formatdate
 
 import pytest
 
-from data_gen.teacher import (ConfigError, Teacher, TeacherError, TeacherFatal, retry_after_seconds,
+from memdistill.data.teacher import (ConfigError, Teacher, TeacherError, TeacherFatal, retry_after_seconds,
                               settings_from_dict)
-from memspec import extraction, recall_plan
-from memspec.render import CHAT_TEMPLATE_KWARGS
-from tests.fake_openai import FakeOpenAI, content_hash
+from memdistill.spec import extraction, recall_plan
+from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
+from memdistill.data.fake_teacher import FakeOpenAI, content_hash
 
 KEY = "sk-teacher-test-0123456789"
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 import yaml
 
-from data_gen.sources import load
-from memdistill.config import ConfigError, load_config
-from memspec import SCHEMA_VERSION, extraction, query_parse
-from memspec.dialogue import windows
-from memspec.render import prompt_ids, sft_row
+from memdistill.data.sources import load
+from memdistill.core.config import ConfigError, load_config
+from memdistill.spec import SCHEMA_VERSION, extraction, query_parse
+from memdistill.spec.dialogue import windows
+from memdistill.spec.render import prompt_ids, sft_row
 from tests.conftest import FIXTURES, REPO
 
 GOLDEN = Path(__file__).parent / "golden" / "render_hashes.json"
@@ -25,7 +25,7 @@ GOLDEN = Path(__file__).parent / "golden" / "render_hashes.json"
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    from training.base_models import model_path
+    from memdistill.core.models import model_path
     return model_path("embedded:smollm2-135m-instruct")
 
 
@@ -67,7 +67,8 @@ def _rows():
                                       dimension=extraction.Dimension(memory_type="episodic", time=t.timestamp.date().isoformat(),
                                                                      keywords=[t.speaker.lower()]))
         rows.append(sft_row(extraction.chat_messages(w), extraction.render_completion([rec]), task="extraction",
-                            schema_version=SCHEMA_VERSION, conversation_id=conv.conversation_id))
+                            schema_version=SCHEMA_VERSION, conversation_id=conv.conversation_id, window=[8, 2],
+                            style=conv.style))
     qa = query_parse.QueryAnalysis(query_anchor="When Caroline went to the support group", need_assistant_context=False,
                                    dimension=query_parse.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
                                    answer_dim="time")
@@ -85,7 +86,7 @@ def train_file(tmp_path):
 
 
 def _cfg(model, train_file, out, **kw):
-    from training.extractor import ExtractorConfig
+    from memdistill.train.extractor import ExtractorConfig
     base = dict(model=model, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-2,
                 max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=1024,
                 dtype="float32", gradient_checkpointing=False, logging_steps=1, save_steps=100, lora_r=4, lora_alpha=8)
@@ -95,7 +96,7 @@ def _cfg(model, train_file, out, **kw):
 
 @pytest.mark.parametrize("which", ["tiny_qwen3_dir", "smollm2_dir"])
 def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
-    from training.extractor import build_trainer
+    from memdistill.train.extractor import build_trainer
     model_dir = request.getfixturevalue(which)
     cfg = _cfg(model_dir, train_file, tmp_path / "run", max_steps=2 if which == "smollm2_dir" else 3)
     trainer = build_trainer(cfg)
@@ -118,7 +119,7 @@ def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_di
     """The CPU speed-up (score only labelled positions) changes no number the optimiser sees."""
     import trl.trainer.utils as trl_utils
     from trl.kernels.chunked_logprob import _use_triton
-    from training.extractor import build_trainer
+    from memdistill.train.extractor import build_trainer
 
     trainer = build_trainer(_cfg(tiny_qwen3_dir, train_file, tmp_path / "s", lora_dropout=0.0))
     batch = next(iter(trainer.get_train_dataloader()))
@@ -147,7 +148,7 @@ def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_di
 def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir, train_file, tmp_path):
     """The prompt part of every tokenized training row is exactly what serving renders for it."""
     from transformers import AutoTokenizer
-    from training.extractor import build_trainer
+    from memdistill.train.extractor import build_trainer
     for model_dir in (tiny_qwen3_dir, smollm2_dir):
         trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / Path(model_dir).name))
         tok = AutoTokenizer.from_pretrained(model_dir)
@@ -164,7 +165,7 @@ def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir
 
 
 def _render_hash(model_dir, train_file, tmp_path):
-    from training.extractor import build_trainer
+    from memdistill.train.extractor import build_trainer
     trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / "h"))
     h = hashlib.sha256()
     for r in trainer.train_dataset:
@@ -174,7 +175,7 @@ def _render_hash(model_dir, train_file, tmp_path):
 
 def test_rendered_rows_match_golden_hash(smollm2_dir, tiny_qwen3_dir, train_file, tmp_path):
     """Template, prompt or completion-format drift changes these hashes. After an intended change, bump
-    memspec.SCHEMA_VERSION and regenerate with UPDATE_GOLDEN=1."""
+    memdistill.spec.SCHEMA_VERSION and regenerate with UPDATE_GOLDEN=1."""
     got = {"smollm2": _render_hash(smollm2_dir, train_file, tmp_path), "tiny_qwen3": _render_hash(tiny_qwen3_dir, train_file, tmp_path)}
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
@@ -187,8 +188,8 @@ def test_rendered_rows_match_golden_hash(smollm2_dir, tiny_qwen3_dir, train_file
 def test_merge_logits_equal_base_plus_adapter(tiny_qwen3_dir, train_file, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-    from training.extractor import train
-    from training.merge import MergeConfig, merge
+    from memdistill.train.extractor import train
+    from memdistill.train.merge import MergeConfig, merge
 
     run = tmp_path / "run"
     summary = train(_cfg(tiny_qwen3_dir, train_file, run))
@@ -209,8 +210,37 @@ def test_merge_logits_equal_base_plus_adapter(tiny_qwen3_dir, train_file, tmp_pa
     assert not torch.allclose(a, c, atol=1e-4)  # the adapter did something
 
 
+def test_training_windows_travel_from_the_dataset_to_the_merged_model(tiny_qwen3_dir, train_file, tmp_path):
+    from memdistill.core.models import trained_windows
+    from memdistill.serve.client import MemoryModels
+    from memdistill.train.extractor import train
+    from memdistill.train.merge import MergeConfig, merge
+
+    run = tmp_path / "run"
+    train(_cfg(tiny_qwen3_dir, train_file, run, max_steps=1))
+    adapter_meta = json.loads((run / "adapter" / "memdistill.json").read_text())
+    assert adapter_meta["training_windows"] == {"multi-party": [[8, 2]]}
+    assert adapter_meta["training_window_rows"] == {"multi-party 8/2": 6}  # 3 windows, each row twice
+    out = merge(MergeConfig(run_dir=str(run), output_dir=str(tmp_path / "merged")))
+    assert json.loads((out / "memdistill.json").read_text())["training_windows"] == {"multi-party": [[8, 2]]}
+    assert "windows (W/O per conversation style, most rows first): multi-party 8/2" in (out / "README.md").read_text()
+    assert trained_windows(out) == trained_windows(run) == {"multi-party": [[8, 2]]}
+    # the SDK reads them from the model directory when told where it is (from /v1/models otherwise)
+    assert MemoryModels(None, model_dir=str(out)).training_windows() == {"multi-party": [[8, 2]]}
+
+
+def test_a_missing_dataset_names_the_command_that_builds_it(tiny_qwen3_dir, tmp_path):
+    from memdistill.train.extractor import build_trainer
+
+    cfg = _cfg(tiny_qwen3_dir, str(tmp_path / "nope.jsonl"), tmp_path / "run", data_config="configs/data/x.yaml")
+    with pytest.raises(FileNotFoundError, match=r"nope.jsonl: no such dataset; build it first with "
+                                                r"`memdistill data --config configs/data/x.yaml`"):
+        build_trainer(cfg)
+    assert not (tmp_path / "nope.jsonl").exists() and not (REPO / "data/built-x").exists()
+
+
 def test_schema_version_mismatch_is_refused(tiny_qwen3_dir, tmp_path):
-    from training.extractor import build_trainer
+    from memdistill.train.extractor import build_trainer
     p = tmp_path / "old.jsonl"
     row = dict(_rows()[0], schema_version="0.1")
     p.write_text(json.dumps(row) + "\n")
@@ -219,22 +249,22 @@ def test_schema_version_mismatch_is_refused(tiny_qwen3_dir, tmp_path):
 
 
 def test_lora_on_embeddings_is_refused(tiny_qwen3_dir, train_file, tmp_path):
-    from training.extractor import validate
+    from memdistill.train.extractor import validate
     with pytest.raises(ValueError, match="embeddings or lm_head"):
         validate(_cfg(tiny_qwen3_dir, train_file, tmp_path, target_modules=["q_proj", "lm_head"]))
 
 
 def test_every_yaml_loads_into_its_dataclass():
     from accelerate.commands.config.config_args import ClusterConfig
-    from data_gen.build import DataConfig
-    from eval.extractor_eval import EvalConfig
-    from serving.server import ServeConfig
-    from training.extractor import ExtractorConfig, validate
-    from training.merge import MergeConfig
+    from memdistill.data.build import DataConfig
+    from memdistill.eval.extractor import EvalConfig
+    from memdistill.serve.server import ServeConfig
+    from memdistill.train.extractor import ExtractorConfig, validate
+    from memdistill.train.merge import MergeConfig
 
-    from eval.e2e import E2EConfig
-    from eval.encoder_eval import EncoderEvalConfig
-    from training.encoder import EncoderConfig
+    from memdistill.eval.e2e import E2EConfig
+    from memdistill.eval.encoders import EncoderEvalConfig
+    from memdistill.train.encoder import EncoderConfig
 
     kinds = {"extractor_": ExtractorConfig, "merge_": MergeConfig, "router_": EncoderConfig, "planner_": EncoderConfig,
              "gate_": EncoderConfig}
@@ -244,7 +274,7 @@ def test_every_yaml_loads_into_its_dataclass():
         assert path.read_text().startswith("#"), f"{rel}: needs a header saying how to run it"
         if rel.parts[0] == "accelerate":
             ClusterConfig.from_yaml_file(str(path))
-        elif rel.parts[0] == "data_gen":
+        elif rel.parts[0] == "data":
             load_config(DataConfig, path)
         elif rel.parts[0] == "eval":
             prefix = rel.name.split("_")[0]
@@ -261,7 +291,7 @@ def test_every_yaml_loads_into_its_dataclass():
 
 
 def test_config_errors_name_the_key(tmp_path):
-    from training.extractor import ExtractorConfig
+    from memdistill.train.extractor import ExtractorConfig
     p = tmp_path / "c.yaml"
     p.write_text("model: x\nlearning_rat: 1e-4\n")
     with pytest.raises(ConfigError, match=r"c.yaml: unknown key 'learning_rat'"):
@@ -276,7 +306,7 @@ def test_config_errors_name_the_key(tmp_path):
 
 def test_gpu_recipe_runs_the_same_code_on_a_tiny_qwen3(tiny_qwen3_dir, train_file, tmp_path):
     """The Qwen3-4B YAML, with only the model and data swapped for tiny ones, builds and steps."""
-    from training.extractor import ExtractorConfig, build_trainer
+    from memdistill.train.extractor import ExtractorConfig, build_trainer
     cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b.yaml",
                       [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
                        f"output_dir={tmp_path / 'gpu'}", "max_steps=1"])
@@ -289,7 +319,7 @@ def test_gpu_recipe_runs_the_same_code_on_a_tiny_qwen3(tiny_qwen3_dir, train_fil
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="QLoRA (bitsandbytes 4-bit) needs a CUDA device")
 def test_qlora_variant_on_gpu(tiny_qwen3_dir, train_file, tmp_path):
-    from training.extractor import ExtractorConfig, build_trainer
+    from memdistill.train.extractor import ExtractorConfig, build_trainer
     cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b_qlora.yaml",
                       [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
                        f"output_dir={tmp_path / 'q'}", "max_steps=2"])
@@ -305,7 +335,7 @@ def test_killed_run_resumes_from_its_checkpoint(tiny_qwen3_dir, train_file, tmp_
         model=tiny_qwen3_dir, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-3,
         max_steps=40, per_device_train_batch_size=1, gradient_accumulation_steps=1, max_length=1024, dtype="float32",
         gradient_checkpointing=False, logging_steps=1, save_steps=5, save_total_limit=10, lora_r=4, lora_alpha=8)))
-    cmd = [sys.executable, "-m", "training.extractor", "--config", str(cfg_path)]
+    cmd = [sys.executable, "-m", "memdistill.train.extractor", "--config", str(cfg_path)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline and not (out / "checkpoint-5" / "trainer_state.json").exists():

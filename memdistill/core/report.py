@@ -1,0 +1,127 @@
+"""What every job's report is made of: markdown tables, PNG charts (no display needed), loss curves and
+the pieces of a model card. One copy each, so all reports read alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def md_table(header: list, rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)] + \
+           ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}"""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: jobs run on machines without a display."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path, dpi: int = 110) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def draw_grouped_bars(ax, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05),
+                      rotation: int = 40) -> None:
+    """On one axis: a group of bars per column, one bar per series (e.g. per model or system)."""
+    width = 0.8 / max(1, len(values))
+    for k, (label, ys) in enumerate(values.items()):
+        ax.bar([i + k * width for i in range(len(columns))], ys, width, label=label)
+    ax.set_xticks([i + width * (len(values) - 1) / 2 for i in range(len(columns))])
+    ax.set_xticklabels(columns, rotation=rotation, ha="right" if rotation else "center", fontsize=8)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
+def grouped_bars(path, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05),
+                 size=(10, 4)) -> None:
+    """A PNG with one group of bars per column, one bar per series."""
+    fig, ax = pyplot().subplots(figsize=size)
+    draw_grouped_bars(ax, values, columns, title, ylim)
+    save_figure(fig, path)
+
+
+def plot_loss(history: list[dict], path, title: str, ylabel: str = "loss") -> bool:
+    """Train (and dev) loss against step from a Trainer's log history; False when nothing was logged."""
+    losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    if not losses:
+        return False
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(*zip(*losses), label="train loss")
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="dev loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    save_figure(fig, path, dpi=120)
+    return True
+
+
+# --- model cards ----------------------------------------------------------------------------------
+
+def card_front_matter(tags: list[str]) -> list[str]:
+    return ["---", "library_name: transformers", f"tags: [{', '.join(tags)}]", "---", ""]
+
+
+def card_metrics(title: str | None, figures: dict) -> list[str]:
+    """A metric / value table of (nested) figures, under a `## title` heading when one is given."""
+    table = md_table(["metric", "value"], [[k, v] for k, v in flat(figures).items()])
+    return (["", f"## {title}", ""] if title else []) + table
+
+
+def card_training(config: dict, summary: dict | None) -> list[str]:
+    """The optimisation line and the run line every trained model's card carries."""
+    c, s = config, summary or {}
+    lines = [f"- lr {c['learning_rate']}, epochs {c['num_train_epochs']}, batch {c['per_device_train_batch_size']} x "
+             f"accumulation {c['gradient_accumulation_steps']}, max length {c['max_length']}, dtype {c['dtype']}"]
+    if s:
+        lines.append(f"- run: {s.get('steps')} steps, loss {s.get('first_loss')} -> {s.get('final_loss')}, "
+                     f"{s.get('wall_time_s')} s wall, {s.get('tokens_per_s')} tokens/s, "
+                     f"peak memory {s.get('peak_memory_mb')} MB")
+    return lines
+
+
+def read_meta(model_dir) -> dict:
+    """A memdistill model directory's metadata (memdistill.json: what it was trained with)."""
+    p = Path(model_dir) / "memdistill.json"
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: not a memdistill model directory (no memdistill.json)")
+    return json.loads(p.read_text())
+
+
+def peak_memory_mb() -> float:
+    """Peak memory of this process: GPU memory allocated on CUDA, else resident set size."""
+    import resource
+
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def print_report(out) -> int:
+    """What an evaluation job's `main` ends with: its report on stdout, then where it lies."""
+    print((Path(out) / "report.md").read_text())
+    print(f"\nreport: {Path(out) / 'report.md'}")
+    return 0

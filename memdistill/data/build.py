@@ -1,0 +1,479 @@
+"""Training sets for every compact model, built from labelled conversations.
+
+  memdistill data --config configs/data/seed.yaml      (make data)
+
+With the gold seed corpus as the label source (no teacher needed) this writes, under `output_dir`:
+  extractor/{train,dev,test}.jsonl   SFT rows: conversational prompt/completion, extraction windows and
+                                     query-analysis questions trained into one adapter
+  router/{split}.jsonl               text + TriMEM labels (multi-label)
+  planner/{split}.jsonl              question + complexity (+ keywords)
+  gate/{split}.jsonl                 (question with complexity, candidate) pairs + keep label
+  DATASET_CARD.md, stats.json        counts, label distributions, what was removed
+Every row carries `schema_version`; splits follow the seed corpus's conversation split, so nothing from
+a test conversation reaches a training file. Load any of them with
+`datasets.load_dataset("json", data_files=...)`.
+
+With a `teacher` configured (configs/data/teacher_*.yaml) the same files are built from teacher
+labels (memdistill.data.label runs the labelling jobs first; a rerun pays only for what is missing):
+- rows have the same formats, plus `source`, `label_source` ("teacher" or "gold") and `teacher`;
+- split by conversation: conversations of the seed corpus keep their gold split, every other
+  conversation goes to dev when sha256(source|conversation id) falls under `dev_fraction`, else train;
+- test.jsonl is always the gold test split; teacher labels of gold test conversations are dropped,
+  and so is any train/dev row holding a message, snippet or question of 8+ words whose word 3-gram
+  Jaccard with a gold test text is >= `test_overlap_threshold` (0.8);
+- with `include_seed` the gold train/dev rows join the teacher rows (and win ties);
+- exact duplicates (same normalised text) and near-duplicates (word 3-gram Jaccard >=
+  `near_dup_threshold`, 0.9, found through bottom-16 shingle sketches and then computed exactly) are
+  removed, keeping dev over train and gold over teacher; the text compared is the student prompt
+  (extractor), the snippet (router), the question (planner), the question with all its candidates (gate);
+- DATASET_CARD.md and stats.json add the labelling summary (items, reject reasons, tokens, cost) and
+  every removal count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memdistill.core.io import read_jsonl, write_jsonl
+from memdistill.core.report import md_table
+from memdistill.data import seed as seedlib
+from memdistill.core.config import job_config
+from memdistill.spec import SCHEMA_VERSION, TASKS, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec.dialogue import WINDOW_PRESETS, Window, windows
+from memdistill.spec.render import sft_row
+
+SPLITS = seedlib.SPLITS
+
+
+@dataclass
+class DataConfig:
+    output_dir: str = "data/built"
+    seed_dir: str = "data/seed"
+    # Window settings per conversation style; each (W, O) pair yields one pass over every conversation,
+    # so several pairs multiply extraction rows (the first pair is also the evaluation setting).
+    windows: dict = field(default_factory=lambda: {k: [list(v)] for k, v in WINDOW_PRESETS.items()})
+    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate"])
+    # Extra (W, O) pairs applied to train conversations only (augmentation).
+    train_extra_windows: list = field(default_factory=list)
+    # --- teacher labelling (memdistill.data.label); with teacher null the gold corpus alone is used ---
+    teacher: dict | None = None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
+    sources: list = field(default_factory=list)  # [{format, path, name?, style?, max_conversations?}]
+    jobs: list = field(default_factory=lambda: list(TASKS))
+    label_dir: str | None = None  # labels.jsonl / rejects.jsonl per job; default <output_dir>/labels
+    cache_dir: str = ".cache/teacher"  # teacher replies (sqlite), shared by every run against the same teacher
+    type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
+    gate_candidates: int = 20  # BM25 top-N memories per gate question
+    gate_min_candidates: int = 5
+    retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
+    max_items: dict = field(default_factory=dict)  # job -> at most this many items (chosen by hash, spread out)
+    include_seed: bool = True  # add the gold corpus's train/dev rows to the teacher rows
+    dev_fraction: float = 0.05
+    near_dup_threshold: float = 0.9
+    test_overlap_threshold: float = 0.8
+    progress: bool = True
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def extractor_rows(seed: seedlib.Seed, split: str, window_pairs: dict, extra_pairs=()) -> list[dict]:
+    rows, seen = [], set()
+    for cid, conv in seed.conversations.items():
+        if seed.split[cid] != split:
+            continue
+        pairs = [tuple(p) for p in window_pairs[conv.style]] + [tuple(p) for p in extra_pairs]
+        for size, overlap in dict.fromkeys(pairs):
+            for w in windows(conv, size, overlap):
+                msgs = extraction.chat_messages(w, "student")
+                key = _hash(msgs)
+                if key in seen:  # identical windows from two settings (short conversations)
+                    continue
+                seen.add(key)
+                recs = seed.gold_records(w)
+                rows.append(sft_row(msgs, extraction.render_completion(recs), task="extraction", source="seed",
+                                    conversation_id=cid, window_index=w.window_index, window=[size, overlap], style=conv.style,
+                                    n_records=len(recs), schema_version=SCHEMA_VERSION, row_id=key))
+    for q in seed.rows("questions", split):
+        msgs = query_parse.chat_messages(q["question"], q["question_date"], "student")
+        qa = query_parse.QueryAnalysis.model_validate(q["query"])
+        rows.append(sft_row(msgs, query_parse.render_completion(qa), task="query_parse", source="seed",
+                            conversation_id=q["conversation_id"], question_id=q["question_id"],
+                            schema_version=SCHEMA_VERSION, row_id=_hash(msgs)))
+    return rows
+
+
+def router_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    out, seen = [], set()
+    for s in seed.rows("types", split):
+        text = memory_type.encoder_text(s["text"])
+        if text.lower() in seen:
+            continue
+        seen.add(text.lower())
+        out.append({"text": text, "labels": [lab for lab in memory_type.LABELS if lab in s["labels"]],
+                    "label_vector": memory_type.to_vector(s["labels"]), "snippet_id": s["snippet_id"],
+                    "conversation_id": s.get("conversation_id"), "schema_version": SCHEMA_VERSION})
+    return out
+
+
+def planner_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    return [{"text": " ".join(q["question"].split()), "label": q["plan"]["complexity"],
+             "label_id": recall_plan.COMPLEXITIES.index(q["plan"]["complexity"]), "keywords": q["plan"]["keywords"],
+             "question_id": q["question_id"], "conversation_id": q["conversation_id"], "schema_version": SCHEMA_VERSION}
+            for q in seed.rows("questions", split)]
+
+
+def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    out = []
+    for g in seed.rows("gate", split):
+        kept = set(g["kept_ids"])
+        for c in g["candidates"]:
+            out.append({"query": recall_gate.pair_query(g["question"], g["complexity"]), "text": c["content"],
+                        "label": 1.0 if c["id"] in kept else 0.0, "gate_id": g["gate_id"], "candidate_id": c["id"],
+                        "complexity": g["complexity"], "conversation_id": g["conversation_id"],
+                        "schema_version": SCHEMA_VERSION})
+    return out
+
+
+def _load_seed(cfg: DataConfig) -> seedlib.Seed:
+    report = seedlib.check(cfg.seed_dir, minimums=False)
+    if not report.ok:
+        raise ValueError(f"{cfg.seed_dir}: the seed corpus has {len(report.errors)} error(s); run `make check-seed`:\n"
+                         + "\n".join(report.errors[:10]))
+    return seedlib.load(cfg.seed_dir)
+
+
+def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
+    """Training set -> (split -> rows from the gold corpus), for every set in cfg.tasks."""
+    makers = {"extractor": lambda s: extractor_rows(seed, s, cfg.windows, cfg.train_extra_windows if s == "train" else ()),
+              "router": lambda s: router_rows(seed, s), "planner": lambda s: planner_rows(seed, s),
+              "gate": lambda s: gate_rows(seed, s)}
+    unknown = [t for t in cfg.tasks if t not in makers]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; expected some of {sorted(makers)}")
+    return makers
+
+
+def build(cfg: DataConfig) -> dict:
+    if cfg.teacher is not None:
+        return build_from_teacher(cfg)
+    seed = _load_seed(cfg)
+    out = Path(cfg.output_dir)
+    stats: dict = {"schema_version": SCHEMA_VERSION, "source": f"seed:{cfg.seed_dir}", "tasks": {}}
+    makers = gold_makers(cfg, seed)
+    for task in cfg.tasks:
+        tstats = {}
+        for split in SPLITS:
+            rows = makers[task](split)
+            write_jsonl(out / task / f"{split}.jsonl", rows)
+            tstats[split] = _describe(task, rows)
+        stats["tasks"][task] = tstats
+    _check_no_leak(seed, out, cfg.tasks)
+    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    (out / "DATASET_CARD.md").write_text(_card(stats))
+    return stats
+
+
+def _describe(task: str, rows: list[dict]) -> dict:
+    d: dict = {"rows": len(rows)}
+    if task == "extractor":
+        d["by_task"] = dict(Counter(r["task"] for r in rows))
+        d["records"] = sum(r.get("n_records") or 0 for r in rows)
+        d["empty_windows"] = sum(1 for r in rows if r["task"] == "extraction" and not r["n_records"])
+    elif task == "router":
+        d["labels"] = dict(Counter(lab for r in rows for lab in (r["labels"] or ["none"])))
+    elif task == "planner":
+        d["labels"] = dict(Counter(r["label"] for r in rows))
+    elif task == "gate":
+        d["positives"] = int(sum(r["label"] for r in rows))
+        d["examples"] = len({r["gate_id"] for r in rows})
+    return d
+
+
+def _check_no_leak(seed: seedlib.Seed, out: Path, tasks) -> None:
+    """No training or dev row may come from a test conversation (the gold test split stays unseen)."""
+    test_convs = {c for c, s in seed.split.items() if s == "test"}
+    for task in tasks:
+        for split in ("train", "dev"):
+            p = out / task / f"{split}.jsonl"
+            for line_no, row in read_jsonl(p):
+                cid = row.get("conversation_id")
+                # ids only identify seed conversations in rows that come from the seed corpus
+                if cid in test_convs and (row.get("source") or "seed").startswith("seed"):
+                    raise AssertionError(f"{p}:{line_no}: row from test conversation {cid}")
+
+
+# --- training sets from teacher labels ------------------------------------------------------------
+
+TASK_JOBS = {"extractor": ("extraction", "query_parse"), "router": ("memory_type",), "planner": ("recall_plan",),
+             "gate": ("recall_gate",)}
+_TOKEN = re.compile(r"[a-z0-9]+")
+SHINGLE = 3  # words per shingle
+SKETCH = 64  # bottom-k sketch size: Jaccard is exact below 64 shingles, estimated (sd <= 0.04 at 0.9) above
+MIN_TEST_TOKENS = 8  # shorter texts ("sounds great, see you then") are too common to count as test leakage
+MAX_POSTING = 5000  # a sketch hash shared by more texts than this is too common to find candidates with
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+def sketch(text: str) -> list[int]:
+    """The SKETCH smallest crc32 hashes of the text's word 3-grams (deterministic across runs)."""
+    toks = _tokens(text)
+    grams = {" ".join(toks[i:i + SHINGLE]) for i in range(max(1, len(toks) - SHINGLE + 1))} if toks else set()
+    return sorted({zlib.crc32(g.encode()) for g in grams})[:SKETCH]
+
+
+def jaccard_estimate(a: list[int], b: list[int]) -> float:
+    union = sorted(set(a) | set(b))[:SKETCH]
+    both = set(a) & set(b)
+    return sum(1 for h in union if h in both) / len(union) if union else 1.0
+
+
+class NearDup:
+    """Texts added so far; `find` names one that is the same after normalisation ("exact") or whose
+    word 3-gram Jaccard with the query is at least `threshold` ("near")."""
+
+    def __init__(self, threshold: float, min_tokens: int = 0):
+        self.threshold, self.min_tokens = threshold, min_tokens
+        self.exact: dict[str, object] = {}
+        self.sketches: list[list[int]] = []
+        self.ids: list = []
+        self.postings: dict[int, list[int]] = {}
+
+    def find(self, text: str) -> tuple[str, object] | None:
+        toks = _tokens(text)
+        if len(toks) < self.min_tokens:
+            return None
+        if (hit := self.exact.get(" ".join(toks))) is not None:
+            return "exact", hit
+        sk, seen = sketch(text), set()
+        for h in sk:
+            posting = self.postings.get(h, ())
+            if len(posting) > MAX_POSTING:
+                continue
+            for d in posting:
+                if d not in seen:
+                    seen.add(d)
+                    if jaccard_estimate(sk, self.sketches[d]) >= self.threshold:
+                        return "near", self.ids[d]
+        return None
+
+    def add(self, text: str, id_) -> None:
+        toks = _tokens(text)
+        if len(toks) < self.min_tokens:
+            return
+        self.exact.setdefault(" ".join(toks), id_)
+        sk = sketch(text)
+        for h in sk:
+            self.postings.setdefault(h, []).append(len(self.sketches))
+        self.sketches.append(sk)
+        self.ids.append(id_)
+
+
+@dataclass
+class Example:
+    """One training example (several rows for a gate question), what it is compared by, and its split."""
+    rows: list[dict]
+    text: str  # compared with other examples for duplicates
+    units: list[str]  # compared with the gold test texts
+    split: str
+    gold: bool
+
+
+def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
+    h = int(hashlib.sha256(f"{source}|{conversation_id}".encode()).hexdigest()[:8], 16) / 2 ** 32
+    return "dev" if h < dev_fraction else "train"
+
+
+def teacher_example(rec: dict, split: str) -> Example:
+    """Rows in the gold build's formats from one accepted label record."""
+    inp, lab, job = rec["input"], rec["label"], rec["job"]
+    meta = {"source": rec["source"], "conversation_id": rec["conversation_id"], "label_source": "teacher",
+            "teacher": rec["teacher"], "schema_version": SCHEMA_VERSION}
+    if job == "extraction":
+        w = Window.from_json(inp["window"])
+        recs = [extraction.MemoryRecord.model_validate(r) for r in lab["records"]]
+        msgs = extraction.chat_messages(w, "student")
+        row = sft_row(msgs, extraction.render_completion(recs), task="extraction", **meta, window_index=w.window_index,
+                      window=inp["window_setting"], style=inp["style"], n_records=len(recs),
+                      row_id=_hash(msgs))
+        return Example([row], msgs[1]["content"], [t.text for t in w.turns], split, False)
+    if job == "query_parse":
+        msgs = query_parse.chat_messages(inp["question"], inp["question_date"], "student")
+        row = sft_row(msgs, query_parse.render_completion(query_parse.QueryAnalysis.model_validate(lab)), task="query_parse",
+                      **meta, question_id=inp["question_id"], row_id=_hash(msgs))
+        return Example([row], msgs[1]["content"], [inp["question"]], split, False)
+    if job == "memory_type":
+        text = memory_type.encoder_text(inp["text"])
+        row = {"text": text, "labels": [lab_ for lab_ in memory_type.LABELS if lab_ in lab["labels"]],
+               "label_vector": memory_type.to_vector(lab["labels"]), "snippet_id": rec["item_id"], **meta}
+        return Example([row], text, [line.split(": ", 1)[-1] for line in text.splitlines()], split, False)
+    if job == "recall_plan":
+        q = " ".join(inp["question"].split())
+        row = {"text": q, "label": lab["complexity"], "label_id": recall_plan.COMPLEXITIES.index(lab["complexity"]),
+               "keywords": lab["keywords"], "question_id": inp["question_id"], **meta}
+        return Example([row], q, [q], split, False)
+    if job == "recall_gate":
+        kept, query = set(lab["kept_ids"]), recall_gate.pair_query(inp["question"], inp["complexity"])
+        rows = [{"query": query, "text": c, "label": 1.0 if i in kept else 0.0, "gate_id": rec["item_id"], "candidate_id": i,
+                 "complexity": inp["complexity"], **meta} for i, c in enumerate(inp["candidates"], 1)]
+        return Example(rows, "\n".join([query] + inp["candidates"]), [inp["question"]], split, False)
+    raise ValueError(f"unknown job {job!r}")
+
+
+def gold_examples(task: str, rows: list[dict], split: str) -> list[Example]:
+    for r in rows:
+        r.setdefault("source", "seed")
+        r["label_source"] = "gold"
+    if task == "gate":
+        by_id: dict[str, list[dict]] = {}
+        for r in rows:
+            by_id.setdefault(r["gate_id"], []).append(r)
+        return [Example(g, "\n".join([g[0]["query"]] + [r["text"] for r in g]), [], split, True) for g in by_id.values()]
+    return [Example([r], r["prompt"][1]["content"] if task == "extractor" else r["text"], [], split, True) for r in rows]
+
+
+def gold_test_texts(seed: seedlib.Seed) -> list[str]:
+    """Every text of the gold test split: its conversations' turns, snippets and questions."""
+    out = [t.text for cid, c in seed.conversations.items() if seed.split[cid] == "test" for t in c.turns]
+    out += [line.split(": ", 1)[-1] for s in seed.rows("types", "test") for line in s["text"].splitlines()]
+    return out + [q["question"] for q in seed.rows("questions", "test")]
+
+
+def dedup(examples: list[Example], test_index: NearDup, threshold: float, removed: Counter) -> list[Example]:
+    """Drop teacher examples that repeat gold test text, then exact and near duplicates: dev is kept over
+    train and gold over teacher (processed first); order within is by text, so the result is deterministic."""
+    index, kept = NearDup(threshold), []
+    for e in sorted(examples, key=lambda e: (e.split != "dev", not e.gold, e.text)):
+        if not e.gold and any(test_index.find(u) for u in e.units):
+            removed["near_test_text"] += 1
+            continue
+        if hit := index.find(e.text):
+            removed[f"{hit[0]}_duplicate"] += 1
+            continue
+        index.add(e.text, len(kept))
+        kept.append(e)
+    return kept
+
+
+def _uniform(rows: list[dict]) -> list[dict]:
+    """Every row with the same keys (missing ones null), sorted: one schema per file for datasets/pyarrow."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    rows = [{k: r.get(k) for k in keys} for r in rows]
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, ensure_ascii=False))
+
+
+def build_from_teacher(cfg: DataConfig) -> dict:
+    from memdistill.data import label
+
+    seed = _load_seed(cfg)
+    results, summary = label.run(cfg)
+    out = Path(cfg.output_dir)
+    test_index = NearDup(cfg.test_overlap_threshold, MIN_TEST_TOKENS)
+    for k, text in enumerate(gold_test_texts(seed)):
+        test_index.add(text, k)
+    stats: dict = {"schema_version": SCHEMA_VERSION, "source": f"teacher {summary['teacher']['model']} over "
+                   + ", ".join(summary["sources"]) + (f" + gold corpus {cfg.seed_dir}" if cfg.include_seed else ""),
+                   "labelling": summary, "removed": {}, "tasks": {},
+                   "thresholds": {"near_dup_jaccard": cfg.near_dup_threshold, "test_overlap_jaccard": cfg.test_overlap_threshold,
+                                  "test_overlap_min_words": MIN_TEST_TOKENS, "shingle_words": SHINGLE, "dev_fraction": cfg.dev_fraction}}
+    gold = gold_makers(cfg, seed)
+    for task in cfg.tasks:
+        removed: Counter = Counter()
+        examples = [e for s in ("train", "dev") for e in gold_examples(task, gold[task](s), s)] if cfg.include_seed else []
+        for job in TASK_JOBS[task]:
+            for rec in results.get(job, {}).values():
+                if rec["status"] != "ok":
+                    continue
+                split = rec["gold_split"] or hash_split(rec["source"], rec["conversation_id"], cfg.dev_fraction)
+                if split == "test":
+                    removed["gold_test_conversation"] += 1
+                    continue
+                examples.append(teacher_example(rec, split))
+        kept = dedup(examples, test_index, cfg.near_dup_threshold, removed)
+        per = {s: [r for e in kept if e.split == s for r in e.rows] for s in ("train", "dev")}
+        per["test"] = [r for e in gold_examples(task, gold[task]("test"), "test") for r in e.rows]
+        tstats = {}
+        for split in SPLITS:
+            rows = _uniform(per[split])
+            write_jsonl(out / task / f"{split}.jsonl", rows)
+            tstats[split] = _describe(task, rows) | {"label_source": dict(Counter(r["label_source"] for r in rows))}
+            if task == "extractor":
+                tstats[split]["memory_types"] = dict(Counter(
+                    m["dimension"]["memory_type"] for r in rows if r["task"] == "extraction"
+                    for m in json.loads(r["completion"][0]["content"])["memories"]))
+        stats["tasks"][task] = tstats
+        stats["removed"][task] = dict(removed)
+    _check_no_leak(seed, out, cfg.tasks)
+    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    (out / "DATASET_CARD.md").write_text(_card(stats))
+    return stats
+
+
+def main(argv=None) -> int:
+    from memdistill.data.teacher import TeacherFatal
+
+    try:
+        stats = build(job_config(DataConfig, argv, "memdistill data", __doc__))
+    except TeacherFatal as e:
+        print(f"memdistill data: the teacher refused every request: {e}", file=sys.stderr)
+        return 1
+    for job, js in stats.get("labelling", {}).get("jobs", {}).items():
+        print(f"labels {job}: {js['ok']} ok, {js['rejected']} rejected of {js['items']} "
+              f"({js['this_run']['requests']} requests now, {js['this_run']['cache_hits']} cache hits)")
+    for task, per in stats["tasks"].items():
+        print(f"{task}: " + ", ".join(f"{s} {d['rows']}" for s, d in per.items()))
+    return 0
+
+
+def _card(stats: dict) -> str:
+    lines = ["# memdistill training data", "",
+             f"Built by `memdistill data` from {stats['source']} (schema {stats['schema_version']}).",
+             "Splits follow the seed corpus's conversation split; test conversations never reach train or dev.", ""]
+    if "labelling" in stats:
+        lines[-2] = "Test is the gold test split; nothing from a gold test conversation reaches train or dev."
+        lines += _labelling_card(stats)
+    for task, per in stats["tasks"].items():
+        lines += [f"## {task}", ""] + md_table(["split", "rows", "details"], [
+            [split, d["rows"], ", ".join(f"{k}={v}" for k, v in d.items() if k != "rows")] for split, d in per.items()])
+        lines.append("")
+    return "\n".join(lines)
+
+
+
+
+def _labelling_card(stats: dict) -> list[str]:
+    lab, th = stats["labelling"], stats["thresholds"]
+    t = lab["teacher"]
+    lines = [f"Teacher: `{t['model']}` ({t['endpoints']} endpoint(s), structured={t['structured']}, "
+             f"thinking off={t['qwen3_no_think']}). Sources: " + ", ".join(f"{k} ({v} conversations)" for k, v in lab["sources"].items()) + ".",
+             "Other conversations are split by sha256(source|conversation id): "
+             f"dev_fraction={th['dev_fraction']}; test is the gold test split.", "",
+             "## Labelling", ""]
+    lines += md_table(["job", "items", "ok", "rejected", "reject reasons", "dropped records",
+                       "tokens in / out (paid, all runs)", "cost USD"], [
+        [job, j["items"], j["ok"], j["rejected"], ", ".join(f"{k} {v}" for k, v in j["reject_reasons"].items()) or "-",
+         ", ".join(f"{k} {v}" for k, v in j["dropped_records"].items()) or "-",
+         f"{j['all_runs']['prompt_tokens']} / {j['all_runs']['completion_tokens']}", f"{j['all_runs']['cost_usd']:.4f}"]
+        for job, j in lab["jobs"].items()])
+    lines += ["", "## Removed before writing", "",
+              f"Exact duplicates: same lower-cased word sequence. Near duplicates: word {th['shingle_words']}-gram Jaccard >= "
+              f"{th['near_dup_jaccard']}. Test overlap: a message, snippet or question of {th['test_overlap_min_words']}+ words "
+              f"with Jaccard >= {th['test_overlap_jaccard']} to a gold test text.", ""]
+    lines += md_table(["set", "gold test conversation", "test overlap", "exact duplicate", "near duplicate"], [
+        [task, *(r.get(k, 0) for k in ("gold_test_conversation", "near_test_text", "exact_duplicate", "near_duplicate"))]
+        for task, r in stats["removed"].items()])
+    return lines + [""]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+"""The gold seed corpus (data/seed/, format in data/seed/FORMAT.md): loading, validation, gate building.
+
+  memdistill check-seed [DIR]          validate everything and print statistics (make check-seed)
+  python -m memdistill.data.seed gate [DIR]   rebuild gate.jsonl from questions + memories (deterministic)
+
+Snippets, questions and gate examples take the split of their conversation; standalone snippets carry
+their own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from memdistill.core.io import load_jsonl
+from memdistill.core.models import REPO
+from memdistill.data.sources import SourceError, load_seed
+from memdistill.spec import memory_type, recall_plan
+from memdistill.spec.dialogue import Conversation, Window, parse_timestamp
+from memdistill.spec.extraction import Dimension, records_for_window, time_bounds, time_problem
+from memdistill.spec.query_parse import QueryAnalysis
+from memdistill.spec.recall_gate import BUDGETS
+
+SEED_DIR = REPO / "data" / "seed"
+SPLITS = ("train", "dev", "test")
+STYLES = ("multi-party", "user-assistant")
+CATEGORIES = {
+    "multi-party": ("single-hop", "multi-hop", "temporal", "open-domain"),
+    "user-assistant": ("single-session-user", "single-session-assistant", "single-session-preference",
+                       "multi-session", "knowledge-update", "temporal-reasoning"),
+}
+# What the issue asks of the corpus; check() reports shortfalls as errors.
+MINIMUMS = {"conversations": 40, "multi-party": 20, "user-assistant": 20, "memories": 800, "types": 500,
+            "questions": 200, "answered multi-party questions": 100, "gate": 150}
+GATE_CANDIDATES = (10, 30)
+
+
+def _rows(path: Path) -> list[dict]:
+    return load_jsonl(path, SourceError, missing_ok=True)  # check() reports a missing file
+
+
+@dataclass
+class Seed:
+    conversations: dict[str, Conversation]
+    split: dict[str, str]  # conversation id -> split
+    memories: list[dict]
+    types: list[dict]
+    questions: list[dict]
+    gate: list[dict]
+
+    def split_of(self, row: dict) -> str:
+        return row.get("split") or self.split[row["conversation_id"]]
+
+    def rows(self, kind: str, split: str | None = None) -> list[dict]:
+        rows = getattr(self, kind)
+        return rows if split is None else [r for r in rows if self.split_of(r) == split]
+
+    def memories_of(self, conversation_id: str) -> list[dict]:
+        return [m for m in self.memories if m["conversation_id"] == conversation_id]
+
+    def gold_records(self, window: Window):
+        """The gold DimMem records of a window (source_id = message number in that window)."""
+        return records_for_window(window, self.memories_of(window.conversation_id))
+
+
+def load(seed_dir=SEED_DIR) -> Seed:
+    d = Path(seed_dir)
+    convs = {c.conversation_id: c for c in load_seed(d / "conversations.jsonl")}
+    split = {c.conversation_id: c.meta.get("split") for c in convs.values()}
+    return Seed(convs, split, _rows(d / "memories.jsonl"), _rows(d / "types.jsonl"),
+                _rows(d / "questions.jsonl"), _rows(d / "gate.jsonl"))
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+@dataclass
+class Report:
+    errors: list[str] = field(default_factory=list)
+    stats: list[tuple[str, list[str], list[list]]] = field(default_factory=list)  # (title, header, rows)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def table(self, title, header, rows):
+        self.stats.append((title, header, rows))
+
+    def render(self) -> str:
+        out = []
+        for title, header, rows in self.stats:
+            out.append(f"\n## {title}\n")
+            out.append("| " + " | ".join(header) + " |")
+            out.append("|" + "---|" * len(header))
+            out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+        shown = self.errors[:200]
+        out.append(f"\n{len(self.errors)} error(s)" + (":" if shown else "; the seed corpus is valid."))
+        out += [f"  - {e}" for e in shown]
+        if len(self.errors) > len(shown):
+            out.append(f"  ... and {len(self.errors) - len(shown)} more")
+        return "\n".join(out)
+
+
+def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
+    rep = Report()
+    d = Path(seed_dir)
+    try:
+        seed = load(d)
+    except (SourceError, json.JSONDecodeError) as e:
+        rep.errors.append(str(e))
+        return rep
+    _check_conversations(seed, rep)
+    _check_memories(seed, rep)
+    _check_types(seed, rep)
+    _check_questions(seed, rep)
+    _check_gate(seed, rep)
+    _check_splits(seed, rep)
+    _stats(seed, rep)
+    if minimums:
+        counts = _counts(seed)
+        for name, least in MINIMUMS.items():
+            if counts[name] < least:
+                rep.errors.append(f"corpus: {counts[name]} {name}, at least {least} required")
+        n = len(seed.memories) or 1
+        for t, c in Counter(m["dimension"]["memory_type"] for m in seed.memories).items():
+            if c / n < 0.2:
+                rep.errors.append(f"memories: memory_type {t} is {c / n:.0%} of records, under 20%")
+    return rep
+
+
+def _counts(seed: Seed) -> Counter:
+    styles = Counter(c.style for c in seed.conversations.values())
+    return Counter({"conversations": len(seed.conversations), **styles, "memories": len(seed.memories),
+                    "types": len(seed.types), "questions": len(seed.questions), "gate": len(seed.gate),
+                    "answered multi-party questions": sum(
+                        1 for q in seed.questions if q.get("answer") and q.get("evidence")
+                        and seed.conversations.get(q["conversation_id"]) is not None
+                        and seed.conversations[q["conversation_id"]].style == "multi-party")})
+
+
+def _check_conversations(seed: Seed, rep: Report):
+    for cid, c in seed.conversations.items():
+        where = f"conversations.jsonl ({cid})"
+        if c.style not in STYLES:
+            rep.errors.append(f"{where}: style {c.style!r} not in {STYLES}")
+        if seed.split[cid] not in SPLITS:
+            rep.errors.append(f"{where}: split {seed.split[cid]!r} not in {SPLITS}")
+        ids = [t.turn_id for t in c.turns]
+        if len(ids) != len(set(ids)):
+            rep.errors.append(f"{where}: duplicate turn ids {sorted(k for k, v in Counter(ids).items() if v > 1)}")
+        for s in c.sessions:
+            if any(t.timestamp < s.date_time for t in s.turns):
+                rep.errors.append(f"{where}: session {s.session_id} has a turn before the session start")
+        starts = [s.date_time for s in c.sessions]
+        if starts != sorted(starts):
+            rep.errors.append(f"{where}: sessions are not in chronological order")
+        if c.style == "multi-party":
+            if len(c.sessions) < 3 or len({s.date_time.date() for s in c.sessions}) < 3:
+                rep.errors.append(f"{where}: multi-party needs 3+ sessions on different dates")
+            for s in c.sessions:
+                if not 8 <= len(s.turns) <= 25:
+                    rep.errors.append(f"{where}: session {s.session_id} has {len(s.turns)} turns (8-25)")
+            for t in c.turns:
+                if t.speaker not in c.speakers:
+                    rep.errors.append(f"{where}: turn {t.turn_id} speaker {t.speaker!r} not in speakers {c.speakers}")
+
+
+def _numbered(rows: list[dict], file: str, id_key: str, rep: Report):
+    """(where, row) for each row, where = "file:line (id)"; repeated ids are reported."""
+    seen = set()
+    for k, row in enumerate(rows, 1):
+        where = f"{file}:{k} ({row.get(id_key)})"
+        if row.get(id_key) in seen:
+            rep.errors.append(f"{where}: duplicate {id_key}")
+        seen.add(row.get(id_key))
+        yield where, row
+
+
+def _check_memories(seed: Seed, rep: Report):
+    for where, m in _numbered(seed.memories, "memories.jsonl", "memory_id", rep):
+        missing = {"memory_id", "conversation_id", "source_turn_id", "content", "dimension"} - set(m)
+        if missing:
+            rep.errors.append(f"{where}: missing {sorted(missing)}")
+            continue
+        conv = seed.conversations.get(m["conversation_id"])
+        if conv is None:
+            rep.errors.append(f"{where}: unknown conversation {m['conversation_id']!r}")
+            continue
+        try:
+            turn = conv.turn(m["source_turn_id"])
+        except KeyError as e:
+            rep.errors.append(f"{where}: {e.args[0]}")
+            continue
+        if m.get("source_speaker") and m["source_speaker"] != turn.speaker:
+            rep.errors.append(f"{where}: source_speaker {m['source_speaker']!r} but turn {turn.turn_id} is {turn.speaker!r}")
+        try:
+            dim = Dimension.model_validate_json(json.dumps(m["dimension"]))
+        except ValidationError as e:
+            rep.errors.append(f"{where}: dimension invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+            continue
+        if not m["content"].strip():
+            rep.errors.append(f"{where}: empty content")
+        if (why := time_problem(dim.time)) is not None:
+            rep.errors.append(f"{where}: time {dim.time!r}: {why}")
+        elif dim.time and not m.get("is_plan") and time_bounds(dim.time)[0] > turn.timestamp.date():
+            rep.errors.append(f"{where}: time {dim.time} is after its source message ({turn.timestamp.date()}) "
+                              "and the record is not a plan")
+
+
+def _check_types(seed: Seed, rep: Report):
+    for where, s in _numbered(seed.types, "types.jsonl", "snippet_id", rep):
+        labels = s.get("labels")
+        if not isinstance(labels, list) or any(lab not in memory_type.LABELS for lab in labels) or len(set(labels)) != len(labels):
+            rep.errors.append(f"{where}: labels {labels!r} must be distinct items of {memory_type.LABELS}")
+        if not str(s.get("text", "")).strip():
+            rep.errors.append(f"{where}: empty text")
+        cid = s.get("conversation_id")
+        if cid is None:
+            if s.get("split") not in SPLITS:
+                rep.errors.append(f"{where}: a standalone snippet needs a split in {SPLITS}")
+            continue
+        conv = seed.conversations.get(cid)
+        if conv is None:
+            rep.errors.append(f"{where}: unknown conversation {cid!r}")
+            continue
+        try:
+            turns = [conv.turn(t) for t in s.get("turn_ids") or []]
+        except KeyError as e:
+            rep.errors.append(f"{where}: {e.args[0]}")
+            continue
+        if not 1 <= len(turns) <= 2:
+            rep.errors.append(f"{where}: a conversation snippet is one turn or two consecutive turns")
+        expected = "\n".join(f"{t.speaker}: {t.text}" for t in turns)
+        if " ".join(expected.split()) != " ".join(s["text"].split()):
+            rep.errors.append(f"{where}: text differs from turns {s.get('turn_ids')}")
+
+
+def _check_questions(seed: Seed, rep: Report):
+    mem_conv = {m["memory_id"]: m["conversation_id"] for m in seed.memories}
+    for where, q in _numbered(seed.questions, "questions.jsonl", "question_id", rep):
+        conv = seed.conversations.get(q.get("conversation_id"))
+        if conv is None:
+            rep.errors.append(f"{where}: unknown conversation {q.get('conversation_id')!r}")
+            continue
+        try:
+            qd = parse_timestamp(q.get("question_date"))
+            if qd < conv.turns[-1].timestamp:
+                rep.errors.append(f"{where}: question_date {qd} is before the conversation's last message")
+        except ValueError as e:
+            rep.errors.append(f"{where}: {e}")
+        for t in q.get("evidence") or []:
+            if t not in {x.turn_id for x in conv.turns}:
+                rep.errors.append(f"{where}: evidence turn {t!r} not in {conv.conversation_id}")
+        for mid in q.get("evidence_memory_ids") or []:
+            if mem_conv.get(mid) != conv.conversation_id:
+                rep.errors.append(f"{where}: evidence memory {mid!r} is not a record of {conv.conversation_id}")
+        if q.get("category") is not None and q["category"] not in CATEGORIES[conv.style]:
+            rep.errors.append(f"{where}: category {q['category']!r} not in {CATEGORIES[conv.style]}")
+        plan = q.get("plan") or {}
+        try:
+            p = recall_plan.RecallPlan.model_validate_json(json.dumps(plan))
+            if recall_plan.drop_names(p.keywords, conv.speakers) != p.keywords:
+                rep.errors.append(f"{where}: plan keywords {p.keywords} name a person")
+        except ValidationError as e:
+            rep.errors.append(f"{where}: plan invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+        try:
+            QueryAnalysis.model_validate_json(json.dumps(q.get("query")))
+        except ValidationError as e:
+            rep.errors.append(f"{where}: query invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+
+
+def _check_gate(seed: Seed, rep: Report):
+    mem = {m["memory_id"]: m for m in seed.memories}
+    for where, g in _numbered(seed.gate, "gate.jsonl", "gate_id", rep):
+        cands = g.get("candidates") or []
+        if not GATE_CANDIDATES[0] <= len(cands) <= GATE_CANDIDATES[1]:
+            rep.errors.append(f"{where}: {len(cands)} candidates, need {GATE_CANDIDATES[0]}-{GATE_CANDIDATES[1]}")
+        if [c.get("id") for c in cands] != list(range(1, len(cands) + 1)):
+            rep.errors.append(f"{where}: candidate ids must be 1..{len(cands)}")
+        if g.get("complexity") not in BUDGETS:
+            rep.errors.append(f"{where}: complexity {g.get('complexity')!r}")
+        if not set(g.get("kept_ids") or []) <= {c.get("id") for c in cands}:
+            rep.errors.append(f"{where}: kept_ids not among candidate ids")
+        for c in cands:
+            m = mem.get(c.get("memory_id"))
+            if m is None or m["conversation_id"] != g.get("conversation_id") or m["content"] != c.get("content"):
+                rep.errors.append(f"{where}: candidate {c.get('id')} does not match gold record {c.get('memory_id')!r}")
+
+
+def _check_splits(seed: Seed, rep: Report):
+    n = len(seed.conversations)
+    n_test = sum(1 for s in seed.split.values() if s == "test")
+    if n and n_test / n < 0.2:
+        rep.errors.append(f"splits: test holds {n_test}/{n} conversations, under 20%")
+    # leakage: the same snippet text or memory content in two splits
+    for kind, key in (("types", "text"), ("memories", "content")):
+        where = defaultdict(set)
+        for r in getattr(seed, kind):
+            if r.get("conversation_id") is None or r.get("conversation_id") in seed.split:
+                where[" ".join(str(r.get(key, "")).lower().split())].add(seed.split_of(r))
+        for text, splits in where.items():
+            if len(splits) > 1:
+                rep.errors.append(f"splits: {kind} text in {sorted(splits)}: {text[:80]!r}")
+
+
+def _stats(seed: Seed, rep: Report):
+    cols = list(SPLITS) + ["all"]
+
+    def row(name, fn):
+        return [name] + [fn(s) for s in SPLITS] + [fn(None)]
+
+    convs = lambda s, style=None: sum(1 for c, v in seed.conversations.items()  # noqa: E731
+                                      if (s is None or seed.split[c] == s) and (style is None or v.style == style))
+    turns = lambda s: sum(len(c.turns) for cid, c in seed.conversations.items() if s is None or seed.split[cid] == s)  # noqa: E731
+    rep.table("Counts per split", ["file"] + cols, [
+        row("conversations", convs), row("  multi-party", lambda s: convs(s, "multi-party")),
+        row("  user-assistant", lambda s: convs(s, "user-assistant")), row("turns", turns),
+        row("memories", lambda s: len(seed.rows("memories", s))), row("types", lambda s: len(seed.rows("types", s))),
+        row("questions", lambda s: len(seed.rows("questions", s))), row("gate", lambda s: len(seed.rows("gate", s)))])
+
+    def dist(title, kind, key_fn, keys):
+        rows = []
+        for key in keys:
+            rows.append(row(key, lambda s, key=key: sum(1 for r in seed.rows(kind, s) if key in key_fn(r))))
+        total = row("(rows)", lambda s: len(seed.rows(kind, s)))
+        rep.table(title, ["label"] + cols, rows + [total])
+
+    dist("memory_type", "memories", lambda m: [m["dimension"]["memory_type"]], ["fact", "episodic", "profile"])
+    dist("Memory dimensions filled", "memories", lambda m: [k for k in ("time", "location", "reason", "purpose")
+                                                            if m["dimension"].get(k)], ["time", "location", "reason", "purpose"])
+    dist("TriMEM labels (types.jsonl)", "types",
+         lambda t: t["labels"] + (["none"] if not t["labels"] else []) + (["multi-label"] if len(t["labels"]) > 1 else []),
+         ["EM", "PM", "GM", "none", "multi-label"])
+    dist("Recall-plan complexity", "questions", lambda q: [q["plan"]["complexity"]], list(BUDGETS))
+    cats = [c for cs in CATEGORIES.values() for c in cs]
+    dist("Question categories", "questions", lambda q: [q.get("category")], cats)
+    dist("Query analysis", "questions", lambda q: (["need_assistant_context"] if q["query"]["need_assistant_context"] else [])
+         + [f"answer_dim={q['query']['answer_dim'] or '(reasoning)'}"],
+         ["need_assistant_context"] + [f"answer_dim={a}" for a in ("content", "time", "location", "reason", "purpose", "keywords", "(reasoning)")])
+    if seed.gate:
+        rep.table("Gate examples", ["complexity", "examples", "mean candidates", "mean kept"], [
+            [c, len(g), round(sum(len(x["candidates"]) for x in g) / len(g), 1), round(sum(len(x["kept_ids"]) for x in g) / len(g), 1)]
+            for c in BUDGETS if (g := [x for x in seed.gate if x["complexity"] == c])])
+
+
+# --- gate examples ------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def build_gate(seed: Seed, rng_seed: int = 13) -> list[dict]:
+    """One gate example per question with gold evidence records.
+
+    Candidates are the question's evidence records plus distractors from the same conversation: first
+    those sharing the most words with the question (hard negatives), then random ones, up to 10-30
+    candidates, shuffled with a fixed seed. Kept ids are the evidence records (cut to the budget).
+    """
+    rng = random.Random(rng_seed)
+    out = []
+    for q in seed.questions:
+        evid = [m for m in seed.memories if m["memory_id"] in set(q.get("evidence_memory_ids") or [])]
+        if not evid:
+            continue
+        qwords = set(_WORD.findall(q["question"].lower())) - recall_plan._STOP
+        others = [m for m in seed.memories_of(q["conversation_id"]) if m not in evid]
+        overlap = lambda m: len(qwords & set(_WORD.findall(m["content"].lower())))  # noqa: E731
+        hard = sorted((m for m in others if overlap(m)), key=lambda m: (-overlap(m), m["memory_id"]))
+        rest = [m for m in others if not overlap(m)]
+        rng.shuffle(rest)
+        n_total = min(GATE_CANDIDATES[1], max(GATE_CANDIDATES[0], len(evid) + rng.randint(9, 19)), len(evid) + len(others))
+        if n_total < GATE_CANDIDATES[0]:
+            continue
+        n_hard = min(len(hard), (n_total - len(evid)) * 2 // 3)
+        pool = evid + hard[:n_hard] + (rest + hard[n_hard:])[: n_total - len(evid) - n_hard]
+        rng.shuffle(pool)
+        keep_ids = {m["memory_id"] for m in evid}
+        cands = [{"id": i, "memory_id": m["memory_id"], "content": m["content"]} for i, m in enumerate(pool, 1)]
+        kept = [c["id"] for c in cands if c["memory_id"] in keep_ids][: BUDGETS[q["plan"]["complexity"]]]
+        out.append({"gate_id": q["question_id"], "conversation_id": q["conversation_id"], "question": q["question"],
+                    "question_date": q["question_date"], "complexity": q["plan"]["complexity"],
+                    "candidates": cands, "kept_ids": kept})
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "gate":
+        d = Path(sys.argv[2]) if len(sys.argv) > 2 else SEED_DIR
+        rows = build_gate(load(d))
+        (d / "gate.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        print(f"wrote {len(rows)} gate examples to {d / 'gate.jsonl'}")
+    else:
+        print(__doc__)
+        sys.exit(2)

@@ -1,0 +1,292 @@
+"""Router, planner and gate on the gold test split, each beside the served LM (zero-shot) and a rule baseline.
+
+  memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]        (make eval-encoders)
+
+Rows: data/built/{router,planner,gate}/<split>.jsonl (`make data`). Three systems answer the same rows:
+- the trained encoders (exported model dirs, in process; `tests/test_encoder_serving.py` shows the served
+  model returns the same scores),
+- the served LM prompted zero-shot through the SDK's LM path (`MemoryModels.classify_types / plan / gate`
+  with the spec's student prompts and JSON Schemas): the merged extractor when it exists, else the
+  untrained embedded SmolLM2, on one private vLLM server,
+- rules (below), written from the label definitions in the spec, not fitted to data.
+
+Layouts. Router (MemoType Table 9): per type, ACC = binary accuracy of "type present" and F1 = binary F1
+of that type; overall ACC = exact match of the whole label set (none = the empty set), overall F1 = macro
+average of the three per-type F1 (micro F1 reported too). Planner: accuracy and macro-F1 over simple /
+hybrid / complex. Gate: keep precision / recall / F1 over all (example, candidate) pairs, and the share of
+candidate tokens (whitespace words) removed; gold's share is the reference. An LM answer that does not
+parse counts as wrong (router: no label and not an exact match; planner: wrong class; gate: keeps every
+candidate, as a memory stack would when its gate fails). Output: runs/eval-encoders/<time>/ with
+metrics.json, predictions.jsonl, report.md and PNG charts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from memdistill.core.config import job_config
+from memdistill.core.report import draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
+from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores, router_scores
+from memdistill.spec import memory_type, recall_gate, recall_plan
+
+TASKS = ("router", "planner", "gate")
+
+
+@dataclass
+class EncoderEvalConfig:
+    data_dir: str = "data/built"
+    split: str = "test"
+    router: str | None = "runs/router-cpu/model"  # exported model dirs; a missing one is skipped (reported)
+    planner: str | None = "runs/planner-cpu/model"
+    gate: str | None = "runs/gate-cpu/model"
+    lm: str = "runs/extractor-cpu/merged"  # the zero-shot LM when it exists, else fallback_lm
+    fallback_lm: str = "embedded:smollm2-135m-instruct"
+    lm_baseline: bool = True
+    serve_config: str = "configs/serving/cpu.yaml"
+    structured: bool = True  # constrain the LM to the spec's JSON Schema, as SDK clients do
+    concurrency: int = 16
+    max_examples: int | None = None  # per task (quick runs); gate: whole examples
+    write_cards: bool = True  # put the test figures into each exported model's card
+    output_dir: str = "runs/eval-encoders"
+
+
+# --- rule baselines ---------------------------------------------------------------------------------
+
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_TIME = re.compile(rf"\b(yesterday|today|tonight|tomorrow|ago|last (week|month|year|night|weekend|time)|"
+                   rf"next (week|month|year|weekend)|this (morning|week|weekend|afternoon|evening)|"
+                   rf"on ({_DAYS})|({_MONTHS})|({_DAYS})|(19|20)\d\d|just (got|had|finished|bought|started))\b", re.I)
+_FIRST_PERSON_FACT = re.compile(r"\b(i am|i'm|i've|i have|i love|i like|i hate|i prefer|i always|i usually|i never|"
+                                r"my (wife|husband|partner|son|daughter|sister|brother|mom|mum|dad|mother|father|"
+                                r"family|job|kids?|dog|cat|boss|friend|favou?rite)|i work|i live)\b", re.I)
+_GENERAL = re.compile(r"\b(is a|are a|means|usually|typically|generally|in general|for example|recommend|try|"
+                      r"you can|you could|aim for|it's best|the best)\b", re.I)
+
+
+def rule_router(snippet: str) -> list[str]:
+    """EM: a time expression (date, weekday, month, yesterday, last/next ...). PM: a first-person lasting
+    fact (I'm, I love/prefer/always, my <relative/job/pet>). GM: a non-first-person explanatory or advice
+    sentence (usually, for example, you can, recommend ...) of at least 12 words."""
+    text = memory_type.encoder_text(snippet)
+    body = text.split(":", 1)[1] if re.match(r"^[\w .'-]{1,30}:", text) else text
+    labels = []
+    if _TIME.search(body):
+        labels.append("EM")
+    if _FIRST_PERSON_FACT.search(body):
+        labels.append("PM")
+    if _GENERAL.search(body) and len(body.split()) >= 12:
+        labels.append("GM")
+    return labels
+
+
+_COMPLEX = re.compile(r"^(would|could|should|might|is \w+ likely|are \w+ likely|do you think)\b|\b(likely|enjoy|prefer|"
+                      r"suit|recommend|personality|values?|trend|over (the|time)|grown|changed|evolved|why|habits?|"
+                      r"easier|better|best|given what you know)\b", re.I)
+_HYBRID = re.compile(r"\b(how many|how often|which \w+s\b|what \w+s (has|have|did)|list|all the|both|and (why|how|when|"
+                     r"where|what)|compare|between|each|so far|in total)\b", re.I)
+
+
+def rule_planner(question: str) -> str:
+    """complex: hypotheticals or judgement words (would/could/should, likely, enjoy, prefer, recommend,
+    why, changed/grown/trend ...); hybrid: gathering words (how many/often, list, both, all, compare,
+    '... and why/how'); otherwise simple."""
+    if _COMPLEX.search(question):
+        return "complex"
+    if _HYBRID.search(question):
+        return "hybrid"
+    return "simple"
+
+
+def _stem(w: str) -> str:
+    return w.lower().strip("'\".,?!:;()")[:5]
+
+
+def rule_gate(question: str, complexity: str, candidates: list[str]) -> list[int]:
+    """Keyword overlap: the question's 1-3 keywords (`recall_plan.heuristic_keywords`, proper nouns left
+    out: every candidate of a conversation names the same people) matched by their first five letters
+    in each candidate; a candidate sharing one keyword or more is kept, most shared first, within
+    `recall_gate.BUDGETS[complexity]`."""
+    names = [w.strip("'\".,?!:;()").removesuffix("'s") for w in question.split()[1:] if w[:1].isupper()]
+    kws = {_stem(w) for k in recall_plan.heuristic_keywords(question, names) for w in k.split()}
+    scores = [len(kws & {_stem(w) for w in c.split()}) / max(len(kws), 1) for c in candidates]
+    ranked = sorted((i for i, s in enumerate(scores, 1) if s > 0), key=lambda i: (-scores[i - 1], i))
+    return ranked[:recall_gate.BUDGETS[complexity]]
+
+
+# --- the job ----------------------------------------------------------------------------------------
+
+def load_split(cfg: EncoderEvalConfig, task: str) -> list[dict]:
+    from memdistill.train.encoder import read_rows
+    rows = read_rows(str(Path(cfg.data_dir) / task / f"{cfg.split}.jsonl"), task)
+    if cfg.max_examples and task != "gate":
+        rows = rows[: cfg.max_examples]
+    elif cfg.max_examples:
+        keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: cfg.max_examples]
+        rows = [r for r in rows if r["gate_id"] in set(keep)]
+    return rows
+
+
+def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
+    """Decisions of the exported encoder, made exactly as the SDK makes them from served scores."""
+    from memdistill.train.encoder import Encoder
+    enc = Encoder(model_dir)
+    t0 = time.time()
+    if task == "router":
+        pred = enc.classify_types([r["text"] for r in rows])
+    elif task == "planner":
+        pred = enc.complexity([r["text"] for r in rows])
+    else:
+        pred = [recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
+                for e in gate_examples(rows)]
+    return pred, time.time() - t0
+
+
+def rule_predictions(task: str, rows: list[dict]):
+    t0 = time.time()
+    if task == "router":
+        pred = [rule_router(r["text"]) for r in rows]
+    elif task == "planner":
+        pred = [rule_planner(r["text"]) for r in rows]
+    else:
+        pred = [rule_gate(e["question"], e["complexity"], e["candidates"]) for e in gate_examples(rows)]
+    return pred, time.time() - t0
+
+
+def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
+    from tqdm import tqdm
+
+    t0 = time.time()
+    if task == "router":
+        res = mm.classify_types([r["text"] for r in rows])
+        return [r.labels for r in res], time.time() - t0
+    items = rows if task == "planner" else gate_examples(rows)
+
+    def one(x):
+        if task == "planner":
+            p = mm.plan(x["text"])
+            return p.plan.complexity if p.ok else None
+        g = mm.gate(x["question"], x["complexity"], x["candidates"])
+        return g.kept_ids if g.ok else None
+    with ThreadPoolExecutor(concurrency) as pool:
+        pred = list(tqdm(pool.map(one, items), total=len(items), desc=f"LM {task}", unit="ex"))
+    return pred, time.time() - t0
+
+
+def score(task: str, pred, rows: list[dict]) -> dict:
+    if task == "router":
+        return router_scores(pred, [r["labels"] for r in rows])
+    if task == "planner":
+        return planner_scores(pred, [r["label"] for r in rows])
+    return gate_scores(gate_examples(rows), pred)
+
+
+def resolve_lm(cfg: EncoderEvalConfig) -> str:
+    from memdistill.core.models import model_path
+    return cfg.lm if (Path(cfg.lm) / "config.json").exists() else model_path(cfg.fallback_lm)
+
+
+def run(cfg: EncoderEvalConfig) -> Path:
+    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {t: load_split(cfg, t) for t in TASKS}
+    preds: dict = {t: {} for t in TASKS}
+    seconds: dict = {t: {} for t in TASKS}
+    skipped = []
+    for t in TASKS:
+        model_dir = getattr(cfg, t)
+        if model_dir and (Path(model_dir) / "config.json").exists():
+            preds[t]["encoder"], seconds[t]["encoder"] = encoder_predictions(t, model_dir, rows[t])
+        else:
+            skipped.append(f"{t} encoder: no exported model at {model_dir} (run `make train-{t}`)")
+        preds[t]["rules"], seconds[t]["rules"] = rule_predictions(t, rows[t])
+    lm = None
+    if cfg.lm_baseline:
+        from memdistill.core.config import load_config
+        from memdistill.serve.client import MemoryModels
+        from memdistill.serve.server import Servers, ServeConfig, free_port
+
+        lm = resolve_lm(cfg)
+        scfg = load_config(ServeConfig, cfg.serve_config, [f"port={free_port()}", f"extractor={lm}"])
+        with Servers(scfg, log_dir=str(out / "vllm-logs")) as servers:
+            mm = MemoryModels(f"{servers.urls[0]}/v1", structured=cfg.structured, max_concurrency=cfg.concurrency,
+                              timeout=600)
+            for t in TASKS:
+                preds[t]["LM zero-shot"], seconds[t]["LM zero-shot"] = lm_predictions(mm, t, rows[t], cfg.concurrency)
+    results = {t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
+               for t in TASKS}
+    meta = {"split": cfg.split, "data_dir": cfg.data_dir, "lm": lm, "models": {t: getattr(cfg, t) for t in TASKS},
+            "skipped": skipped}
+    (out / "metrics.json").write_text(json.dumps({**meta, "results": results}, indent=1))
+    with (out / "predictions.jsonl").open("w") as f:
+        for t in TASKS:
+            ids = ([r.get("snippet_id") or r.get("question_id") for r in rows[t]] if t != "gate"
+                   else [e["gate_id"] for e in gate_examples(rows[t])])
+            for name, p in preds[t].items():
+                for i, x in zip(ids, p):
+                    f.write(json.dumps({"task": t, "system": name, "id": i, "prediction": x}) + "\n")
+    write_report(out, results, meta)
+    if cfg.write_cards:
+        from memdistill.train.encoder import write_card
+        for t in TASKS:
+            if "encoder" in results[t] and (Path(getattr(cfg, t)) / "memdistill.json").exists():
+                write_card(getattr(cfg, t), {"split": cfg.split, "source": str(out / "metrics.json"),
+                                             **{k: v for k, v in results[t]["encoder"].items() if k != "seconds"}})
+    return out
+
+
+def write_report(out: Path, results: dict, meta: dict) -> None:
+    L = [f"# Encoders on the gold {meta['split']} split", "",
+         f"Rows from `{meta['data_dir']}/<task>/{meta['split']}.jsonl`. Zero-shot LM: `{meta['lm']}` served by vLLM, "
+         "prompted through the SDK's LM path (the spec's student prompts, JSON Schema). Rules: `memdistill/eval/encoders.py`.", ""]
+    L += [f"Skipped: {s}" for s in meta["skipped"]] + ([""] if meta["skipped"] else [])
+    r = results["router"]
+    L += ["## Type router (MemoType Table 9 layout)", "",
+          "Overall ACC = exact match of the label set (none = empty set); overall F1 = macro mean of the per-type F1. "
+          "Per-type ACC = binary accuracy of 'type present', per-type F1 = binary F1 of that type. Values in %.", ""]
+    pct = lambda x: f"{100 * x:.2f}"  # noqa: E731
+    L += md_table(["system", "Overall ACC", "Overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("ACC", "F1")]
+                  + ["micro F1", "valid"],
+                  [[name, pct(s["overall"]["acc"]), pct(s["overall"]["f1"])]
+                   + [pct(s[lab][m]) for lab in memory_type.LABELS for m in ("acc", "f1")]
+                   + [pct(s["overall"]["micro_f1"]), pct(s["valid_rate"])] for name, s in r.items()])
+    n = next(iter(r.values()))["n"] if r else 0
+    L += ["", f"{n} snippets.", "", "## Recall planner", ""]
+    L += md_table(["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in recall_plan.COMPLEXITIES] + ["valid", "seconds"],
+                  [[name, s["accuracy"], s["macro_f1"], *(s["f1"][c] for c in recall_plan.COMPLEXITIES), s["valid_rate"],
+                    s["seconds"]] for name, s in results["planner"].items()])
+    L += ["", "## Recall gate", "",
+          f"Selection: `recall_gate.select` (budgets {recall_gate.BUDGETS}). Token share over whitespace words of all candidates.", ""]
+    gate_cols = ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share", "kept_per_example", "valid_rate", "seconds"]
+    L += md_table(["system", "keep precision", "keep recall", "keep F1", "tokens removed", "kept / example", "valid", "seconds"],
+                  [[name, *(s[c] for c in gate_cols)] for name, s in results["gate"].items()])
+    g = next(iter(results["gate"].values()), None)
+    if g:
+        L += ["", f"{g['examples']} examples, {g['candidates']} candidates; gold keeps remove {g['gold_tokens_removed_share']} of the tokens."]
+    L += ["", "![router](router.png)", "", "![planner and gate](planner_gate.png)", ""]
+    (out / "report.md").write_text("\n".join(L))
+
+    cols = ["overall acc", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
+    grouped_bars(out / "router.png", {name: [s["overall"]["acc"], s["overall"]["f1"]]
+                                      + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
+                                      for name, s in r.items()}, cols, f"type router, gold {meta['split']} split", size=(9, 3.8))
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
+    for ax, (task, keys) in zip(axes, (("planner", ["accuracy", "macro_f1"]),
+                                       ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]))):
+        draw_grouped_bars(ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15)
+    save_figure(fig, out / "planner_gate.png")
+
+
+def main(argv=None) -> int:
+    return print_report(run(job_config(EncoderEvalConfig, argv, "memdistill eval-encoders", __doc__)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

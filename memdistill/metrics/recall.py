@@ -1,0 +1,70 @@
+"""Retrieval metrics that need no judge: evidence recall@k through source pointers (the share of a
+question's evidence turns that are the source turn of one of the top-k records), hit@k (at least one
+evidence turn covered), and recalled tokens per query (the memory context an answer model would read).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def evidence_coverage(hits: list, evidence: list[str]) -> tuple[float, bool]:
+    """(share of evidence turns that are a source turn of these hits, at least one covered)."""
+    if not evidence:
+        raise ValueError("a question without evidence turns has no evidence recall")
+    ev = set(evidence)
+    covered = ev & {h.item.turn_id for h in hits}
+    return len(covered) / len(ev), bool(covered)
+
+
+class TokenCounter:
+    """Tokens of the recalled context under one tokenizer (default: SmolLM2's, a 49k BPE)."""
+
+    def __init__(self, model: str = "embedded:smollm2-135m-instruct"):
+        from transformers import AutoTokenizer
+
+        from memdistill.core.models import model_path
+        self.name = model
+        self.tok = AutoTokenizer.from_pretrained(model_path(model))
+
+    def __call__(self, text: str) -> int:
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+
+class RecallScores:
+    """Evidence recall@k, hit@k and recalled tokens, overall and per question category."""
+
+    def __init__(self, ks=(1, 5, 10, 20)):
+        self.ks = sorted(ks)
+        self.rows: list[dict] = []
+
+    def add(self, q, recall, tokens_at: dict, kept_tokens: int) -> dict:
+        """`q`: a memdistill.data.questions.Question; `recall`: a memdistill.runtime.Recall."""
+        row = {"question_id": q.question_id, "category": q.category, "evidence": bool(q.evidence),
+               "tokens_at": {k: tokens_at[k] for k in self.ks}, "kept_tokens": kept_tokens, "kept": len(recall.kept)}
+        if q.evidence:
+            for k in self.ks:
+                row[f"recall@{k}"], row[f"hit@{k}"] = evidence_coverage(recall.hits[:k], q.evidence)
+            row["kept_recall"], row["kept_hit"] = evidence_coverage(recall.kept, q.evidence)
+        self.rows.append(row)
+        return row
+
+    def _summ(self, rows: list[dict]) -> dict:
+        ev = [r for r in rows if r["evidence"]]
+        mean = lambda xs: round(float(np.mean(xs)), 4) if xs else 0.0  # noqa: E731
+        out = {"questions": len(rows), "with_evidence": len(ev)}
+        for k in self.ks:
+            out[f"recall@{k}"] = mean([r[f"recall@{k}"] for r in ev])
+            out[f"hit@{k}"] = mean([float(r[f"hit@{k}"]) for r in ev])
+        for k in self.ks:
+            out[f"tokens@{k}"] = round(float(np.mean([r["tokens_at"][k] for r in rows])), 1) if rows else 0.0
+        out["kept_recall"] = mean([r["kept_recall"] for r in ev])
+        out["kept_hit"] = mean([float(r["kept_hit"]) for r in ev])
+        out["kept_per_query"] = round(float(np.mean([r["kept"] for r in rows])), 2) if rows else 0.0
+        out["tokens_per_query"] = round(float(np.mean([r["kept_tokens"] for r in rows])), 1) if rows else 0.0
+        return out
+
+    def summary(self) -> dict:
+        cats = sorted({r["category"] for r in self.rows})
+        return {"overall": self._summ(self.rows),
+                "by_category": {c: self._summ([r for r in self.rows if r["category"] == c]) for c in cats}}

@@ -1,0 +1,18 @@
+"""The memory system built from the compact models: a memory bank with source pointers, tri-path
+retrieval with DimMem's dimension route, assistant-reply recall, and hooks for the type router, the
+recall planner and the recall gate.
+
+    from memdistill.runtime import MemoryBank, MemoryRuntime, hooks_from_models
+    bank = MemoryBank.from_extracted(mm.extract(conversation).memories)
+    rt = MemoryRuntime(bank, **hooks_from_models(mm))          # router, planner and gate from the endpoint
+    recall = rt.recall("When did Tom adopt his dog?", conversation.conversation_id, query=mm.parse_query(...).query)
+    print(rt.context(recall.kept))                             # the memory block an answer model reads
+"""
+
+from memdistill.core.embedder import Embedder
+from memdistill.runtime.bank import BankError, MemoryBank, MemoryItem
+from memdistill.runtime.retrieval import (DIM_WEIGHTS, Hit, MemoryRuntime, Recall, dimension_score, hooks_from_models,
+                                          score_gate, types_from_trimem)
+
+__all__ = ["BankError", "DIM_WEIGHTS", "Embedder", "Hit", "MemoryBank", "MemoryItem", "MemoryRuntime", "Recall",
+           "dimension_score", "hooks_from_models", "score_gate", "types_from_trimem"]

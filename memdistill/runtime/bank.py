@@ -1,0 +1,124 @@
+"""The memory bank: one `MemoryItem` per record, each pointing back to its source (conversation id,
+source turn id, speaker, message timestamp). Built from any extractor endpoint (`MemoryBank.from_extracted`
+over `memdistill.serve.client.MemoryModels.extract`), from the gold seed records (an upper bound), or from
+a JSONL file of records (`from_jsonl`; errors name the file and line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Iterable
+
+from memdistill.core.io import read_jsonl
+from memdistill.spec import qa
+from memdistill.spec.dialogue import parse_timestamp
+from memdistill.spec.extraction import Dimension, time_bounds
+
+
+class BankError(ValueError):
+    pass
+
+
+@dataclass
+class MemoryItem:
+    memory_id: str
+    conversation_id: str
+    turn_id: str  # the source turn: evidence recall is measured through this pointer
+    content: str
+    dimension: Dimension
+    speaker: str | None = None
+    timestamp: datetime | None = None  # of the source message
+
+    def lexical_text(self) -> str:
+        d = self.dimension
+        return " ".join([self.content, d.location, d.reason, d.purpose, *d.keywords])
+
+    def time_span(self) -> tuple[date, date] | None:
+        if self.dimension.time:
+            return time_bounds(self.dimension.time)
+        if self.timestamp is not None:
+            return self.timestamp.date(), self.timestamp.date()
+        return None
+
+    def render(self, reply: str | None = None) -> str:
+        d = self.dimension
+        return qa.render_memory(self.content, self.timestamp, d.time, d.location, d.reason, d.purpose, reply=reply)
+
+    def to_json(self) -> dict:
+        return {"memory_id": self.memory_id, "conversation_id": self.conversation_id, "turn_id": self.turn_id,
+                "speaker": self.speaker, "timestamp": self.timestamp.isoformat() if self.timestamp else None,
+                "content": self.content, "dimension": self.dimension.model_dump()}
+
+    @classmethod
+    def from_json(cls, row: dict, where: str, default_id: str = "") -> "MemoryItem":
+        if not isinstance(row, dict):
+            raise BankError(f"{where}: expected a JSON object")
+        for key in ("conversation_id", "content", "dimension"):
+            if key not in row:
+                raise BankError(f"{where}: missing field {key!r}")
+        turn = row.get("turn_id", row.get("source_turn_id"))
+        if turn is None:
+            raise BankError(f"{where}: missing field 'turn_id' (or 'source_turn_id'): the pointer to the source turn")
+        try:
+            dim = Dimension.model_validate_json(json.dumps(row["dimension"]))
+        except ValueError as e:
+            raise BankError(f"{where}: field 'dimension' is not a DimMem dimension: {str(e).splitlines()[0]}") from None
+        ts = row.get("timestamp")
+        try:
+            ts = parse_timestamp(ts) if ts else None
+        except ValueError as e:
+            raise BankError(f"{where}: field 'timestamp': {e}") from None
+        if not str(row["content"]).strip():
+            raise BankError(f"{where}: field 'content' is empty")
+        return cls(str(row.get("memory_id") or default_id), str(row["conversation_id"]), str(turn),
+                   str(row["content"]), dim, row.get("speaker", row.get("source_speaker")), ts)
+
+
+class MemoryBank:
+    def __init__(self, items: Iterable[MemoryItem]):
+        self.items = list(items)
+        self._by_conv: dict[str, list[MemoryItem]] = defaultdict(list)
+        for it in self.items:
+            self._by_conv[it.conversation_id].append(it)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def of(self, conversation_id: str) -> list[MemoryItem]:
+        return self._by_conv.get(conversation_id, [])
+
+    @classmethod
+    def from_extracted(cls, memories) -> "MemoryBank":
+        """From `MemoryModels.extract(...).memories` (ExtractedMemory: record + source pointers)."""
+        return cls(MemoryItem(f"{m.conversation_id}-w{m.window_index}-{k}", m.conversation_id, m.turn_id,
+                              m.record.content, m.record.dimension, m.speaker, parse_timestamp(m.timestamp))
+                   for k, m in enumerate(memories))
+
+    @classmethod
+    def from_seed(cls, seed, conversation_ids=None) -> "MemoryBank":
+        """The gold records of the seed corpus (memdistill.data.seed.Seed), optionally of some conversations."""
+        keep = None if conversation_ids is None else set(conversation_ids)
+        items = []
+        for m in seed.memories:
+            if keep is not None and m["conversation_id"] not in keep:
+                continue
+            turn = seed.conversations[m["conversation_id"]].turn(m["source_turn_id"])
+            items.append(MemoryItem(m["memory_id"], m["conversation_id"], m["source_turn_id"], m["content"],
+                                    Dimension(**m["dimension"]), turn.speaker, turn.timestamp))
+        return cls(items)
+
+    @classmethod
+    def from_jsonl(cls, path) -> "MemoryBank":
+        """One record a line: conversation_id, turn_id (or source_turn_id), content, dimension; optional
+        memory_id, speaker (or source_speaker), timestamp (of the source message)."""
+        path = Path(path)
+        return cls(MemoryItem.from_json(row, f"{path}:{lineno}", f"{path.stem}-{lineno}")
+                   for lineno, row in read_jsonl(path, BankError))
+
+    def save(self, path) -> None:
+        Path(path).write_text("".join(json.dumps(it.to_json(), ensure_ascii=False) + "\n" for it in self.items),
+                              encoding="utf-8")

@@ -1,0 +1,271 @@
+"""Client SDK: plug the memdistill endpoint into any memory stack.
+
+    from memdistill.serve.client import MemoryModels
+    mm = MemoryModels("http://127.0.0.1:8000/v1")
+    result = mm.extract(conversation)              # every window, concurrently
+    for m in result.memories:
+        print(m.record.content, m.turn_id, m.record.dimension.memory_type)
+    q = mm.parse_query("Where did I go hiking last month?", "2023-06-01T10:00:00")
+
+Requests use the spec's prompts, structured outputs with the spec's JSON Schema, thinking off; every
+output goes through the spec's parser, so malformed model output never raises into the caller: it comes
+back as `problems`. Transport failures raise typed errors (EndpointUnavailable, EndpointTimeout,
+BadRequest) after bounded retries. Several base URLs are used round-robin (replicas).
+
+The encoders (`memdistill serve` starts each on its own vLLM pooling server) answer in milliseconds:
+
+    mm = MemoryModels("http://127.0.0.1:8000/v1", router_url="http://127.0.0.1:8100",
+                      planner_url="http://127.0.0.1:8101", gate_url="http://127.0.0.1:8102")
+    mm.classify_types(["Last Friday I presented my thesis in Lyon."])   # POST /classify on the router
+    mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])        # POST /classify on the planner
+    mm.gate("When did Tom adopt his dog?", "simple", candidates)        # POST /score on the gate
+
+With an encoder URL set, that method uses the encoder (base_url may then be None); without, it prompts
+the LM. The exported router and gate carry their dev-tuned thresholds folded into the classifier bias,
+so 0.5 is the cut on served probabilities (see training/encoder.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+
+from memdistill.core.models import trained_windows
+from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
+from memdistill.spec.jsonout import Problem
+from memdistill.spec.request import chat_request
+
+
+class MemoryModelsError(Exception):
+    """Base of the SDK's transport errors."""
+
+
+class EndpointUnavailable(MemoryModelsError):
+    pass
+
+
+class EndpointTimeout(MemoryModelsError):
+    pass
+
+
+class BadRequest(MemoryModelsError):
+    pass
+
+
+@dataclass
+class ExtractedMemory:
+    record: extraction.MemoryRecord
+    conversation_id: str
+    window_index: int
+    turn_id: str  # pointer to the source turn
+    speaker: str
+    timestamp: str
+    source_text: str | None = None  # the original turn (e.g. an assistant reply), when asked for
+
+
+@dataclass
+class ExtractionResult:
+    memories: list[ExtractedMemory] = field(default_factory=list)
+    problems: list[tuple[int, Problem]] = field(default_factory=list)  # (window index, problem)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    windows: dict = field(default_factory=dict)  # style -> (W, O) a conversation was cut with
+    notes: list[str] = field(default_factory=list)  # e.g. a window the model was not trained on
+
+
+def as_window(item) -> Window:
+    if isinstance(item, Window):
+        return item
+    if isinstance(item, dict):
+        try:
+            return Window.from_json(item)
+        except (KeyError, TypeError, ValueError) as e:
+            raise TypeError(f"not a window line as `memdistill windows` prints it: {e!r}") from None
+    raise TypeError(f"expected a Window or a window line (dict), got {type(item).__name__}")
+
+
+class MemoryModels:
+    def __init__(self, base_url: str | list[str] | None, api_key: str | None = None, model: str = "memdistill-extractor",
+                 timeout: float = 120.0, max_retries: int = 2, max_concurrency: int = 8, structured: bool = True,
+                 max_tokens: int = 1024, router_url: str | None = None, planner_url: str | None = None,
+                 gate_url: str | None = None, windows: dict | None = None, model_dir: str | None = None):
+        """`windows` ({style: [[W, O], ...]}) or `model_dir` (a merged model or adapter directory) name the
+        windows the extractor was trained on; without either, `extract(conversation)` asks the endpoint
+        which model it serves and reads that model's metadata when the directory is readable here."""
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+        # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
+        self.encoder_urls = {n: u.rstrip("/") for n, u in (("router", router_url), ("planner", planner_url),
+                                                           ("gate", gate_url)) if u}
+        # connection failures are retried by the transport; HTTP errors are answers and are not
+        self._http = httpx.Client(timeout=timeout, transport=httpx.HTTPTransport(retries=max_retries),
+                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+        # vLLM wants some key when it was started with one; "EMPTY" is the convention when it was not.
+        self._clients = [openai.OpenAI(base_url=u, api_key=api_key or "EMPTY", timeout=timeout, max_retries=max_retries)
+                         for u in urls]
+        self._next = itertools.cycle(range(len(self._clients)))
+        self._lock = threading.Lock()
+        self.model, self.structured, self.max_tokens = model, structured, max_tokens
+        self.max_concurrency = max_concurrency
+        self._windows = windows if windows is not None else (trained_windows(model_dir) if model_dir else None)
+        self._windows_known = windows is not None or model_dir is not None
+
+    # --- transport ----------------------------------------------------------------------------
+
+    def _client(self) -> openai.OpenAI:
+        if not self._clients:
+            raise MemoryModelsError("no LM endpoint configured (base_url is None)")
+        with self._lock:
+            return self._clients[next(self._next)]
+
+    def chat(self, messages: list[dict], schema: dict | None = None, name: str = "output",
+             max_tokens: int | None = None):
+        body = chat_request(messages, self.model, max_tokens or self.max_tokens, schema if self.structured else None, name)
+        try:
+            resp = self._client().chat.completions.create(**body)
+        except openai.APITimeoutError as e:
+            raise EndpointTimeout(f"the endpoint did not answer in time: {e}") from e
+        except openai.APIConnectionError as e:
+            raise EndpointUnavailable(f"cannot reach the endpoint: {e}") from e
+        except openai.BadRequestError as e:
+            raise BadRequest(str(e)) from e
+        except openai.APIStatusError as e:
+            raise MemoryModelsError(f"endpoint error {e.status_code}: {e}") from e
+        text = resp.choices[0].message.content or ""
+        usage = resp.usage
+        return text, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
+
+    # --- extraction ---------------------------------------------------------------------------
+
+    def training_windows(self) -> dict | None:
+        """The extractor's training windows ({style: [[W, O], ...]}), or None when they cannot be known."""
+        if not self._windows_known:
+            self._windows_known = True
+            try:
+                roots = [getattr(m, "root", None) for m in self._client().models.list().data if m.id == self.model]
+            except (openai.OpenAIError, MemoryModelsError):
+                roots = []
+            self._windows = next((trained_windows(r) for r in roots if r and Path(r, "memdistill.json").exists()), None)
+        return self._windows
+
+    def extract(self, source, window: int | None = None, overlap: int | None = None,
+                include_source_text: bool = False) -> ExtractionResult:
+        """Validated records, with pointers to their source turns, for a whole conversation, one window or
+        a list of windows (a Window, or a window line as `memdistill windows` prints it).
+
+        A conversation is cut with the windows the model was trained on for its style (see
+        `training_windows`); an explicit window/overlap wins. A window the model was not trained on is
+        allowed and reported in `result.notes`."""
+        result = ExtractionResult()
+        if isinstance(source, Conversation):
+            size, ov, note = choose_window(source.style, self.training_windows(), window, overlap)
+            wins = windows(source, size, ov)
+            result.windows[source.style] = (size, ov)
+            if note:
+                result.notes.append(note)
+        else:
+            items = [source] if isinstance(source, (Window, dict)) else source
+            if not isinstance(items, (list, tuple)):
+                raise TypeError(f"extract() takes a Conversation, a Window, a window line (dict) or a list of them, "
+                                f"not {type(source).__name__}")
+            wins = [as_window(w) for w in items]
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            outs = list(pool.map(lambda w: self.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories"),
+                                 wins))
+        for w, (text, pt, ct) in zip(wins, outs):
+            parsed = extraction.parse(text, w)
+            result.prompt_tokens += pt
+            result.completion_tokens += ct
+            result.problems += [(w.window_index, p) for p in parsed.problems]
+            for r in parsed.records:
+                t = w.turn_for(r.source_id)
+                result.memories.append(ExtractedMemory(r, w.conversation_id, w.window_index, t.turn_id, t.speaker,
+                                                       t.timestamp.isoformat(), t.text if include_source_text else None))
+        return result
+
+    # --- the encoders (vLLM pooling servers) -----------------------------------------------------
+
+    def _pool(self, name: str, path: str, body: dict) -> dict:
+        url = self.encoder_urls.get(name)
+        if url is None:
+            raise MemoryModelsError(f"no {name} endpoint configured ({name}_url)")
+        try:
+            r = self._http.post(f"{url}{path}", json={"model": f"memdistill-{name}", **body})
+        except httpx.TimeoutException as e:
+            raise EndpointTimeout(f"the {name} endpoint {url} did not answer in time: {e}") from e
+        except httpx.TransportError as e:
+            raise EndpointUnavailable(f"cannot reach the {name} endpoint {url}: {e}") from e
+        if r.status_code >= 400:
+            try:
+                msg = r.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = r.text[:500]
+            err = BadRequest if 400 <= r.status_code < 500 else MemoryModelsError
+            raise err(f"{name} {path}: HTTP {r.status_code}: {msg}")
+        return r.json()
+
+    def classify(self, name: str, texts: list[str]) -> list[list[float]]:
+        """Probabilities from an encoder's `/classify`, one vector per text in id2label order (router:
+        sigmoid per label, thresholds folded in; planner: softmax over COMPLEXITIES)."""
+        if not texts:
+            return []
+        data = self._pool(name, "/classify", {"input": list(texts)})["data"]
+        return [d["probs"] for d in sorted(data, key=lambda d: d["index"])]
+
+    def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
+        """Keep probabilities from the gate's `/score` for (pair_query(question, complexity), candidate)."""
+        if not candidates:
+            return []
+        data = self._pool("gate", "/score", {"text_1": recall_gate.pair_query(question, complexity),
+                                             "text_2": list(candidates)})["data"]
+        return [d["score"] for d in sorted(data, key=lambda d: d["index"])]
+
+    # --- the other models: the encoder when its URL is set, else the served LM -------------------
+
+    def parse_query(self, question: str, question_date) -> query_parse.ParseResult:
+        text, _, _ = self.chat(query_parse.chat_messages(question, question_date), query_parse.json_schema(), "query",
+                               max_tokens=256)
+        return query_parse.parse(text)
+
+    def classify_types(self, texts: list[str]) -> list[memory_type.ParseResult]:
+        if "router" in self.encoder_urls:
+            probs = self.classify("router", [memory_type.encoder_text(t) for t in texts])
+            return [memory_type.ParseResult(labels=memory_type.from_probs(p)) for p in probs]
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            outs = list(pool.map(lambda t: self.chat(memory_type.chat_messages(t), memory_type.json_schema(), "labels",
+                                                     max_tokens=32)[0], texts))
+        return [memory_type.parse(o) for o in outs]
+
+    def plan(self, question: str, names=(), keywords: str = "heuristic") -> recall_plan.ParseResult:
+        """With the planner encoder, keywords come from `recall_plan.heuristic_keywords` ("heuristic") or
+        from the LM query parser ("query_parser": one more LM call; the heuristic when it fails)."""
+        if "planner" in self.encoder_urls:
+            probs = self.classify("planner", [" ".join(question.split())])[0]
+            complexity = recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+            kws, problems = recall_plan.heuristic_keywords(question, names), []
+            if keywords == "query_parser":
+                q = self.parse_query(question, None)
+                found = recall_plan.drop_names(q.query.dimension.keywords, names)[:recall_plan.MAX_KEYWORDS] if q.ok else []
+                if found:
+                    kws = found
+                else:
+                    problems.append(Problem("keywords_heuristic", "the query parser gave no keywords; heuristic used"))
+            elif keywords != "heuristic":
+                raise ValueError(f"keywords={keywords!r}: expected 'heuristic' or 'query_parser'")
+            return recall_plan.ParseResult(recall_plan.RecallPlan(complexity=complexity, keywords=kws), problems)
+        text, _, _ = self.chat(recall_plan.chat_messages(question), recall_plan.json_schema(), "plan", max_tokens=64)
+        return recall_plan.parse(text, names=names)
+
+    def gate(self, question: str, complexity: str, candidates: list[str]) -> recall_gate.ParseResult:
+        if "gate" in self.encoder_urls:
+            return recall_gate.ParseResult(recall_gate.select(self.keep_scores(question, complexity, candidates), complexity))
+        text, _, _ = self.chat(recall_gate.chat_messages(question, complexity, candidates), recall_gate.json_schema(),
+                               "gate", max_tokens=128)
+        return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)

