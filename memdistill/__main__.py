@@ -1,4 +1,5 @@
 import sys
+
 from memdistill.cli import main
 
 sys.exit(main())

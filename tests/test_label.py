@@ -13,21 +13,25 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memdistill.core.config import load_config
 from memdistill.data import label
 from memdistill.data.build import DataConfig, build
+from memdistill.data.fake_teacher import FakeOpenAI, answer, content_hash, type_decision
 from memdistill.data.sources import SourceError, load
-from memdistill.core.config import load_config
 from memdistill.spec import extraction, memory_type, query_parse
 from tests.conftest import FIXTURES, REPO
-from memdistill.data.fake_teacher import FakeOpenAI, answer, content_hash, type_decision
 
 KEY = "sk-label-test-SECRET-31415926"
-TASK_FILES = [f"{task}/{split}.jsonl" for task in ("extractor", "router", "planner", "gate") for split in ("train", "dev", "test")]
+TASK_FILES = [
+    f"{task}/{split}.jsonl" for task in ("extractor", "router", "planner", "gate") for split in ("train", "dev", "test")
+]
 
 
 def _cfg_dict(tmp: Path, url: str, **over) -> dict:
     d = yaml.safe_load((REPO / "configs/data/teacher_fake.yaml").read_text())
-    d.update(output_dir=str(tmp / "out"), cache_dir=str(tmp / "cache"), seed_dir=str(REPO / "data/seed"), progress=False)
+    d.update(
+        output_dir=str(tmp / "out"), cache_dir=str(tmp / "cache"), seed_dir=str(REPO / "data/seed"), progress=False
+    )
     for src in d["sources"]:
         src["path"] = str(REPO / src["path"])
     d["teacher"].update(base_urls=[url], timeout_s=0.5, backoff_s=0.01, backoff_max_s=0.05)
@@ -59,7 +63,11 @@ def _plan_faults(fake: FakeOpenAI, cfg: DataConfig) -> dict[str, str]:
     """Content-keyed faults (the same in every run); returns {extraction item id: expected outcome}."""
     msgs = _extraction_messages(cfg)
     # windows the fake teacher answers with records, so a cut-off answer is salvageable (and still rejected)
-    ids = sorted(i for i, m in msgs.items() if i.startswith(("locomo", "chat", "seed|mp03")) and json.loads(answer(m))["memories"])
+    ids = sorted(
+        i
+        for i, m in msgs.items()
+        if i.startswith(("locomo", "chat", "seed|mp03")) and json.loads(answer(m))["memories"]
+    )
     plan = {ids[0]: "malformed", ids[1]: "truncated", ids[2]: "500", ids[3]: "drop", ids[4]: "hang"}
     for item_id, fault in plan.items():
         fake.add_fault(fault, content=msgs[item_id], times=None if fault == "500" else 1)
@@ -74,8 +82,11 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
             fake.add_fault(f, index=3 * i)
         plan = _plan_faults(fake, cfg)
         q_item = next(it for it in label.question_items("query_parse", label.load_sources(cfg.sources)))
-        fake.add_fault("400", content=query_parse.chat_messages(q_item.input["question"], q_item.input["question_date"], "teacher"),
-                       times=None)
+        fake.add_fault(
+            "400",
+            content=query_parse.chat_messages(q_item.input["question"], q_item.input["question_date"], "teacher"),
+            times=None,
+        )
         stats = build(cfg)
         first_requests = fake.requests
         out = Path(cfg.output_dir)
@@ -95,22 +106,28 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         assert {"truncated_output", "teacher_max_tokens"} <= set(ext[ids[1]]["reasons"])
         assert ext[ids[2]]["reasons"] == ["transport_http_500"]
         assert ext[ids[3]]["status"] == ext[ids[4]]["status"] == "ok"  # a drop and a hang, then an answer
-        assert {r["item_id"]: r["reasons"] for r in _labels(out, "query_parse") if r["status"] == "rejected"} == \
-            {q_item.item_id: ["transport_http_400"]}
+        assert {r["item_id"]: r["reasons"] for r in _labels(out, "query_parse") if r["status"] == "rejected"} == {
+            q_item.item_id: ["transport_http_400"]
+        }
         rejects = [json.loads(x) for x in (out / "labels/extraction/rejects.jsonl").read_text().splitlines()]
         assert {r["item_id"] for r in rejects if r["level"] == "item"} == set(ids[:3])
         retried = lab["extraction"]["this_run"]["retry_codes"]
         assert {"http_429", "http_500", "timeout", "connection", "bad_response", "http_503"} <= {
-            c for j in lab.values() for c in j["this_run"]["retry_codes"]}, retried
+            c for j in lab.values() for c in j["this_run"]["retry_codes"]
+        }, retried
 
         # labels are what the fake teacher answered, combined per label for the binary type job
         for r in _labels(out, "memory_type"):
-            assert r["label"]["labels"] == [x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))]
+            assert r["label"]["labels"] == [
+                x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))
+            ]
         # gate candidates are that conversation's extracted memories, at most gate_candidates of them
         mems: dict = {}
         for r in ext.values():
             if r["status"] == "ok":
-                mems.setdefault((r["source"], r["conversation_id"]), set()).update(m["content"] for m in r["label"]["records"])
+                mems.setdefault((r["source"], r["conversation_id"]), set()).update(
+                    m["content"] for m in r["label"]["records"]
+                )
         gates = _labels(out, "recall_gate")
         for g in gates:
             assert set(g["input"]["candidates"]) <= mems[(g["source"], g["conversation_id"])]
@@ -136,7 +153,9 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         asked = {e["hash"] for e in fake.log[sent:]}
         msgs = _extraction_messages(cfg)
         assert content_hash(msgs[ids[2]]) in asked and content_hash(msgs[ids[0]]) not in asked
-        now = {r["item_id"]: r for job in ("extraction", "query_parse") for r in _labels(out, job)}  # the newer line wins
+        now = {
+            r["item_id"]: r for job in ("extraction", "query_parse") for r in _labels(out, job)
+        }  # the newer line wins
         assert all(now[i]["status"] == "ok" for i in failed)
         rejects = [json.loads(x) for x in (out / "labels/extraction/rejects.jsonl").read_text().splitlines()]
         assert {r["item_id"] for r in rejects if r["level"] == "item"} == set(ids[:2])
@@ -199,8 +218,12 @@ def test_kill_9_midway_then_rerun_gives_the_uninterrupted_dataset(tmp_path, monk
     for job in label.check_jobs(cfg.jobs):
         killed, whole = _labels(out, job), _labels(Path(cfg.output_dir), job)
         assert len(killed) == len({r["key"] for r in killed}) == len(whole)  # no duplicates, nothing missing
-        strip = lambda rows: sorted((r["item_id"], r["status"], r["reasons"], json.dumps(r["label"], sort_keys=True))  # noqa: E731
-                                    for r in rows)
+
+        def strip(rows):
+            return sorted(
+                (r["item_id"], r["status"], r["reasons"], json.dumps(r["label"], sort_keys=True)) for r in rows
+            )
+
         assert strip(killed) == strip(whole), job
     for f in list((tmp_path / "killed").rglob("*")) + [tmp_path / "killed.log", tmp_path / "rerun.log"]:
         if f.is_file() and f.name != "teacher.yaml":
@@ -210,8 +233,13 @@ def test_kill_9_midway_then_rerun_gives_the_uninterrupted_dataset(tmp_path, monk
 def test_torn_last_line_is_cut_and_relabelled(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_TEACHER_KEY", KEY)
     with FakeOpenAI(api_key=KEY) as fake:
-        cfg = _cfg(tmp_path, fake.url, jobs=["extraction"], tasks=["extractor"],
-                   sources=[{"format": "chat-jsonl", "path": str(FIXTURES / "chat_sample.jsonl"), "name": "chat"}])
+        cfg = _cfg(
+            tmp_path,
+            fake.url,
+            jobs=["extraction"],
+            tasks=["extractor"],
+            sources=[{"format": "chat-jsonl", "path": str(FIXTURES / "chat_sample.jsonl"), "name": "chat"}],
+        )
         build(cfg)
         p = Path(cfg.output_dir) / "labels/extraction/labels.jsonl"
         lines = p.read_bytes().splitlines(keepends=True)
@@ -227,29 +255,69 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
     import datasets
 
     from memdistill.data import seed as seedlib
+
     seed = seedlib.load(REPO / "data/seed")
     test_convs = {c for c, s in seed.split.items() if s == "test"}
-    long_test_turn = next(t.text for c in sorted(test_convs) for t in seed.conversations[c].turns if len(t.text.split()) > 25)
-    msgs = [{"role": "user", "content": "I finally repainted the whole kitchen in a pale green colour last weekend with my brother."},
-            {"role": "assistant", "content": "Pale green is a calm choice for a kitchen; two coats usually cover older paint well."},
-            {"role": "user", "content": "We used two coats and it took the whole of Saturday and most of Sunday afternoon."},
-            {"role": "assistant", "content": "That sounds like a proper weekend project, and the result will last for years."}]
+    long_test_turn = next(
+        t.text for c in sorted(test_convs) for t in seed.conversations[c].turns if len(t.text.split()) > 25
+    )
+    msgs = [
+        {
+            "role": "user",
+            "content": "I finally repainted the whole kitchen in a pale green colour last weekend with my brother.",
+        },
+        {
+            "role": "assistant",
+            "content": "Pale green is a calm choice for a kitchen; two coats usually cover older paint well.",
+        },
+        {
+            "role": "user",
+            "content": "We used two coats and it took the whole of Saturday and most of Sunday afternoon.",
+        },
+        {
+            "role": "assistant",
+            "content": "That sounds like a proper weekend project, and the result will last for years.",
+        },
+    ]
     near = [dict(m) for m in msgs]
     near[3]["content"] = near[3]["content"].replace("years", "many years")
     chat = tmp_path / "chat.jsonl"
-    chat.write_text("\n".join(json.dumps(r) for r in [
-        {"id": "a", "timestamp": "2024-03-01T10:00:00", "messages": msgs},
-        {"id": "b", "timestamp": "2024-03-01T10:00:00", "messages": near},
-        {"id": "leak", "messages": [{"role": "user", "content": long_test_turn + " anyway"},
-                                    {"role": "assistant", "content": "Thanks for telling me all of that today."}]},
-    ]) + "\n")
+    chat.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"id": "a", "timestamp": "2024-03-01T10:00:00", "messages": msgs},
+                {"id": "b", "timestamp": "2024-03-01T10:00:00", "messages": near},
+                {
+                    "id": "leak",
+                    "messages": [
+                        {"role": "user", "content": long_test_turn + " anyway"},
+                        {"role": "assistant", "content": "Thanks for telling me all of that today."},
+                    ],
+                },
+            ]
+        )
+        + "\n"
+    )
     monkeypatch.setenv("FAKE_TEACHER_KEY", KEY)
     with FakeOpenAI(api_key=KEY) as fake:
-        cfg = _cfg(tmp_path, fake.url, jobs=["extraction", "memory_type"], tasks=["extractor", "router"], dev_fraction=0.0,
-                   windows={"multi-party": [[6, 1]], "user-assistant": [[4, 1]]},
-                   sources=[{"format": "chat-jsonl", "path": str(chat), "name": "chat"},
-                            {"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed",
-                             "max_conversations": 2}])
+        cfg = _cfg(
+            tmp_path,
+            fake.url,
+            jobs=["extraction", "memory_type"],
+            tasks=["extractor", "router"],
+            dev_fraction=0.0,
+            windows={"multi-party": [[6, 1]], "user-assistant": [[4, 1]]},
+            sources=[
+                {"format": "chat-jsonl", "path": str(chat), "name": "chat"},
+                {
+                    "format": "seed",
+                    "path": str(REPO / "data/seed/conversations.jsonl"),
+                    "name": "seed",
+                    "max_conversations": 2,
+                },
+            ],
+        )
         stats = build(cfg)
     out = Path(cfg.output_dir)
     removed = stats["removed"]
@@ -272,8 +340,16 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
             assert len(ds) == stats["tasks"][task][split]["rows"] > 0
     ext = [json.loads(x) for x in (out / "extractor/train.jsonl").read_text().splitlines()]
     row = next(r for r in ext if r["label_source"] == "teacher" and r["task"] == "extraction")
-    assert row["chat_template_kwargs"] == {"enable_thinking": False} and row["prompt"][0]["content"] == extraction.STUDENT_SYSTEM
-    assert row["source"] == "chat" and row["window"] == [4, 1] and row["schema_version"] and row["teacher"] == "fake-teacher"
+    assert (
+        row["chat_template_kwargs"] == {"enable_thinking": False}
+        and row["prompt"][0]["content"] == extraction.STUDENT_SYSTEM
+    )
+    assert (
+        row["source"] == "chat"
+        and row["window"] == [4, 1]
+        and row["schema_version"]
+        and row["teacher"] == "fake-teacher"
+    )
     assert extraction.parse(row["completion"][0]["content"]).ok
 
 
@@ -288,16 +364,22 @@ def test_single_prompt_type_mode_makes_one_request_per_snippet(tmp_path, monkeyp
             rows = _labels(Path(cfg.output_dir), "memory_type")
             counts[mode] = (fake.requests, len(rows))
             for r in rows:
-                assert r["label"]["labels"] == [x for x in memory_type.LABELS
-                                                if type_decision(x, memory_type.encoder_text(r["input"]["text"]))]
+                assert r["label"]["labels"] == [
+                    x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))
+                ]
     assert counts["single"][0] == counts["single"][1] and counts["binary"][0] == 3 * counts["binary"][1]
 
 
 def test_gate_without_enough_memories_is_rejected_without_a_request(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_TEACHER_KEY", KEY)
     with FakeOpenAI(api_key=KEY) as fake:
-        cfg = _cfg(tmp_path, fake.url, gate_min_candidates=1000, tasks=["gate"],
-                   sources=[{"format": "locomo", "path": str(FIXTURES / "locomo_sample.json"), "name": "locomo"}])
+        cfg = _cfg(
+            tmp_path,
+            fake.url,
+            gate_min_candidates=1000,
+            tasks=["gate"],
+            sources=[{"format": "locomo", "path": str(FIXTURES / "locomo_sample.json"), "name": "locomo"}],
+        )
         build(cfg)
         gates = _labels(Path(cfg.output_dir), "recall_gate")
         assert gates and all(g["reasons"] == ["too_few_candidates"] for g in gates)
@@ -317,7 +399,12 @@ def test_hf_loader_malformed(tmp_path):
     import datasets
 
     p = tmp_path / "rows.jsonl"
-    p.write_text(json.dumps({"messages": [{"role": "user", "content": "hi there"}]}) + "\n" + json.dumps({"text": "no messages"}) + "\n")
+    p.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi there"}]})
+        + "\n"
+        + json.dumps({"text": "no messages"})
+        + "\n"
+    )
     with pytest.raises(SourceError) as e:
         load("hf", p)
     assert str(p) in str(e.value) and "row 1: expected 'messages'" in str(e.value)
@@ -329,5 +416,3 @@ def test_hf_loader_malformed(tmp_path):
     bad.write_text('{"messages": [')
     with pytest.raises(SourceError, match="broken.json: cannot load as a Hugging Face dataset"):
         load("hf", bad)
-
-

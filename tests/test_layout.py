@@ -69,8 +69,23 @@ def test_the_wheel_installs_only_memdistill(tmp_path):
     shutil.copytree(REPO / "memdistill", src / "memdistill", ignore=shutil.ignore_patterns("__pycache__"))
     for f in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / f, src / f)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(tmp_path), str(src)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = tmp_path.glob("memdistill-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

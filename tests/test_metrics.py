@@ -11,13 +11,18 @@ from tests.conftest import REPO
 
 
 def rec(sid, content, mt="episodic", time="", location="", kws=()):
-    return MemoryRecord(source_id=sid, content=content,
-                        dimension=Dimension(memory_type=mt, time=time, location=location, keywords=list(kws)))
+    return MemoryRecord(
+        source_id=sid,
+        content=content,
+        dimension=Dimension(memory_type=mt, time=time, location=location, keywords=list(kws)),
+    )
 
 
-GOLD = [rec(1, "Maya adopted a puppy named Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
-        rec(2, "Tom works as a nurse in Leeds", "fact", location="Leeds", kws=["nurse", "Leeds"]),
-        rec(3, "Maya prefers tea over coffee", "profile", kws=["tea"])]
+GOLD = [
+    rec(1, "Maya adopted a puppy named Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
+    rec(2, "Tom works as a nurse in Leeds", "fact", location="Leeds", kws=["nurse", "Leeds"]),
+    rec(3, "Maya prefers tea over coffee", "profile", kws=["tea"]),
+]
 
 
 def score(pred, gold=GOLD, raw=None):
@@ -41,22 +46,26 @@ def test_empty_output():
 
 
 def test_swapped_types_and_overfill():
-    pred = [rec(1, GOLD[0].content, "fact", "2023-05-06", kws=["puppy", "Biscuit"]),
-            rec(2, GOLD[1].content, "fact", "2023", "Leeds", kws=["nurse"]),
-            rec(3, GOLD[2].content, "episodic", location="home", kws=["tea"])]
+    pred = [
+        rec(1, GOLD[0].content, "fact", "2023-05-06", kws=["puppy", "Biscuit"]),
+        rec(2, GOLD[1].content, "fact", "2023", "Leeds", kws=["nurse"]),
+        rec(3, GOLD[2].content, "episodic", location="home", kws=["tea"]),
+    ]
     out = score(pred)
     assert out["memory_f1"] == 1.0
-    assert out["type_accuracy"] == round(1 / 3, 4)              # only Tom's record keeps its type
-    assert out["time_exact"] == round(2 / 3, 4)                 # "2023" where gold is empty
-    assert out["location_agreement"] == round(2 / 3, 4)         # "home" where gold is empty
+    assert out["type_accuracy"] == round(1 / 3, 4)  # only Tom's record keeps its type
+    assert out["time_exact"] == round(2 / 3, 4)  # "2023" where gold is empty
+    assert out["location_agreement"] == round(2 / 3, 4)  # "home" where gold is empty
     assert out["keyword_f1"] == round((1 + 2 * 1 / 3 + 1) / 3, 4)
     # gold-empty dims: rec1 loc/reason/purpose (3) + rec2 time/reason/purpose (3) + rec3 time/loc/reason/purpose (4)
     assert out["overfill_rate"] == round(2 / 10, 4)
 
 
 def test_partial_match_and_pointer():
-    pred = [rec(2, "Maya adopted a puppy called Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
-            rec(3, "The weather was nice", "fact")]
+    pred = [
+        rec(2, "Maya adopted a puppy called Biscuit", "episodic", "2023-05-06", kws=["puppy", "Biscuit"]),
+        rec(3, "The weather was nice", "fact"),
+    ]
     out = score(pred)
     assert out["matched"] == 1 and out["memory_precision"] == 0.5 and out["memory_recall"] == round(1 / 3, 4)
     assert out["memory_f1"] == round(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3), 4)
@@ -98,13 +107,18 @@ def test_local_evaluate_module_loads_offline():
 
 def test_reason_purpose_agreement_and_tokens_per_window():
     def full(sid, content, reason="", purpose=""):
-        return MemoryRecord(source_id=sid, content=content,
-                            dimension=Dimension(memory_type="episodic", reason=reason, purpose=purpose))
+        return MemoryRecord(
+            source_id=sid, content=content, dimension=Dimension(memory_type="episodic", reason=reason, purpose=purpose)
+        )
 
-    gold = [full(1, "Maya moved to Oslo for a new job", reason="new job", purpose=""),
-            full(2, "Tom bought a bike to commute to work", reason="", purpose="commute to work")]
-    pred = [full(1, "Maya moved to Oslo for a new job", reason="New  Job", purpose="career"),  # case/space folded
-            full(2, "Tom bought a bike to commute to work", reason="", purpose="Commute to work")]
+    gold = [
+        full(1, "Maya moved to Oslo for a new job", reason="new job", purpose=""),
+        full(2, "Tom bought a bike to commute to work", reason="", purpose="commute to work"),
+    ]
+    pred = [
+        full(1, "Maya moved to Oslo for a new job", reason="New  Job", purpose="career"),  # case/space folded
+        full(2, "Tom bought a bike to commute to work", reason="", purpose="Commute to work"),
+    ]
     s = ExtractionScores(threshold=0.5, similarity="token_f1")
     s.add(render_completion(pred), pred, gold, True, prompt_tokens=300, output_tokens=40)
     s.add('{"memories": []}', [], [], True, prompt_tokens=100, output_tokens=6)  # a window with nothing to say
@@ -128,8 +142,13 @@ def test_matching_stays_inside_a_window():
 def test_local_evaluate_module_token_counts_and_bad_reference():
     m = evaluate.load(str(REPO / "memdistill/metrics/dimmem_extraction"))
     gold = json.dumps({"memories": [r.model_dump() for r in GOLD]})
-    out = m.compute(predictions=[gold, gold], references=[gold, gold], similarity="token_f1",
-                    prompt_tokens=[100, 300], output_tokens=[50, 70])
+    out = m.compute(
+        predictions=[gold, gold],
+        references=[gold, gold],
+        similarity="token_f1",
+        prompt_tokens=[100, 300],
+        output_tokens=[50, 70],
+    )
     assert out["prompt_tokens_per_window"] == 200.0 and out["output_tokens_per_window"] == 60.0
     assert out["memory_f1"] == 1.0 and out["match_threshold"] == 0.5
     with pytest.raises(ValueError, match=r"references\[0\] is not a valid"):
@@ -141,13 +160,25 @@ def test_local_evaluate_module_token_counts_and_bad_reference():
 def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypatch):
     """The gold-set eval end to end on the real base model (in-process, a few tokens); a rerun after
     a kill regenerates only the prompts that had not finished, and a full rerun generates nothing."""
-    from memdistill.eval import extractor as extractor_eval, generate
     from memdistill.core.config import load_config
+    from memdistill.eval import extractor as extractor_eval
+    from memdistill.eval import generate
 
-    cfg = load_config(extractor_eval.EvalConfig, REPO / "configs/eval/extractor_cpu.yaml",
-                      ["models=[embedded:smollm2-135m-instruct]", "labels=[base]", "backend=hf", "max_windows=2",
-                       "max_questions=1", "max_new_tokens=12", "query_max_new_tokens=8", "similarity=token_f1",
-                       f"output_dir={tmp_path}"])
+    cfg = load_config(
+        extractor_eval.EvalConfig,
+        REPO / "configs/eval/extractor_cpu.yaml",
+        [
+            "models=[embedded:smollm2-135m-instruct]",
+            "labels=[base]",
+            "backend=hf",
+            "max_windows=2",
+            "max_questions=1",
+            "max_new_tokens=12",
+            "query_max_new_tokens=8",
+            "similarity=token_f1",
+            f"output_dir={tmp_path}",
+        ],
+    )
     out = extractor_eval.run(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
     ext = metrics["results"]["base"]["extraction"]
@@ -161,8 +192,11 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
     log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:25])  # killed while writing the third
     calls = []
     real = generate.HFGenerator.__call__
-    monkeypatch.setattr(generate.HFGenerator, "__call__",
-                        lambda self, convs, *a, **k: calls.append(len(convs)) or real(self, convs, *a, **k))
+    monkeypatch.setattr(
+        generate.HFGenerator,
+        "__call__",
+        lambda self, convs, *a, **k: calls.append(len(convs)) or real(self, convs, *a, **k),
+    )
     again = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
     assert calls == [1]
     assert again["results"]["base"]["extraction"] == ext

@@ -9,9 +9,19 @@ from memdistill.spec import extraction, memory_type, query_parse, recall_gate, r
 from memdistill.spec.dialogue import windows
 from tests.conftest import make_conversation
 
-REC = {"source_id": 4, "source_speaker": "Tom", "content": "Tom adopted a puppy named Biscuit on 2023-05-06.",
-       "dimension": {"memory_type": "episodic", "time": "2023-05-06", "location": "", "reason": "",
-                     "purpose": "", "keywords": ["puppy", "Biscuit"]}}
+REC = {
+    "source_id": 4,
+    "source_speaker": "Tom",
+    "content": "Tom adopted a puppy named Biscuit on 2023-05-06.",
+    "dimension": {
+        "memory_type": "episodic",
+        "time": "2023-05-06",
+        "location": "",
+        "reason": "",
+        "purpose": "",
+        "keywords": ["puppy", "Biscuit"],
+    },
+}
 GOOD = json.dumps({"memories": [REC]})
 
 
@@ -27,20 +37,24 @@ def window():
 
 # --- extraction -------------------------------------------------------------------------------
 
+
 def test_clean_output_has_no_problems(window):
     res = extraction.parse(GOOD, window)
     assert codes(res) == [] and res.ok
     assert res.records[0].content.startswith("Tom adopted") and res.records[0].source_speaker == "Tom"
 
 
-@pytest.mark.parametrize("wrap, code", [
-    ("<think>Let me look at message 4 {not json}</think>\n" + GOOD, None),
-    ("</think>\n\n" + GOOD, None),
-    ("```json\n" + GOOD + "\n```", None),
-    ("```\n" + GOOD + "\n```\nHope this helps!", None),
-    ("Here are the memories I found:\n" + GOOD + "\nLet me know if you need more.", "prose_around_json"),
-    ("Sure! {as requested} " + GOOD, "prose_around_json"),
-])
+@pytest.mark.parametrize(
+    "wrap, code",
+    [
+        ("<think>Let me look at message 4 {not json}</think>\n" + GOOD, None),
+        ("</think>\n\n" + GOOD, None),
+        ("```json\n" + GOOD + "\n```", None),
+        ("```\n" + GOOD + "\n```\nHope this helps!", None),
+        ("Here are the memories I found:\n" + GOOD + "\nLet me know if you need more.", "prose_around_json"),
+        ("Sure! {as requested} " + GOOD, "prose_around_json"),
+    ],
+)
 def test_wrappers_are_stripped(window, wrap, code):
     res = extraction.parse(wrap, window)
     assert len(res.records) == 1 and res.ok
@@ -64,8 +78,16 @@ def test_truncated_inside_unclosed_think_and_fence(window):
     assert len(res.records) == 1
 
 
-@pytest.mark.parametrize("given, want", [("Episodic", "episodic"), ("FACT", "fact"), (" Profile ", "profile"),
-                                         ("event", "episodic"), ("preference", "profile")])
+@pytest.mark.parametrize(
+    "given, want",
+    [
+        ("Episodic", "episodic"),
+        ("FACT", "fact"),
+        (" Profile ", "profile"),
+        ("event", "episodic"),
+        ("preference", "profile"),
+    ],
+)
 def test_memory_type_case_and_aliases(window, given, want):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["memory_type"] = given
@@ -119,37 +141,59 @@ def test_valid_times_are_kept(window, ok):
 
 
 def test_speaker_is_filled_and_corrected_from_window(window):
-    recs = [{k: v for k, v in REC.items() if k != "source_speaker"},
-            dict(REC, source_speaker="Maya", content="Tom named his puppy Biscuit.")]
+    recs = [
+        {k: v for k, v in REC.items() if k != "source_speaker"},
+        dict(REC, source_speaker="Maya", content="Tom named his puppy Biscuit."),
+    ]
     res = extraction.parse(json.dumps({"memories": recs}), window)
     assert [r.source_speaker for r in res.records] == ["Tom", "Tom"]
     assert codes(res) == ["speaker_mismatch"]
 
 
 def test_flattened_record_and_nulls(window):
-    flat = {"source_id": 4, "content": "Tom has a dog.", "memory_type": "fact", "time": None, "location": None,
-            "keywords": None}
+    flat = {
+        "source_id": 4,
+        "content": "Tom has a dog.",
+        "memory_type": "fact",
+        "time": None,
+        "location": None,
+        "keywords": None,
+    }
     res = extraction.parse(json.dumps({"memories": [flat]}), window)
     assert res.records[0].dimension.memory_type == "fact" and res.records[0].dimension.keywords == []
     assert "flattened_dimension" in codes(res)
 
 
-@pytest.mark.parametrize("raw, code", [
-    ("", "empty_output"), ("   \n", "empty_output"), (None, "empty_output"),
-    ("I could not find any memories in this conversation.", "no_json"),
-    ('{"memories": [{"source_id": 4, "content": "x", "dimension": {', "truncated_output"),
-    ("{'memories': []}", "invalid_json"),
-    ('{"records": []}', "wrong_shape"),
-    ("<think>The user greets. Nothing to extract.", "no_json"),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ("", "empty_output"),
+        ("   \n", "empty_output"),
+        (None, "empty_output"),
+        ("I could not find any memories in this conversation.", "no_json"),
+        ('{"memories": [{"source_id": 4, "content": "x", "dimension": {', "truncated_output"),
+        ("{'memories': []}", "invalid_json"),
+        ('{"records": []}', "wrong_shape"),
+        ("<think>The user greets. Nothing to extract.", "no_json"),
+    ],
+)
 def test_hopeless_outputs_yield_no_records(window, raw, code):
     res = extraction.parse(raw, window)
     assert res.records == [] and code in codes(res)
 
 
 def test_bare_list_and_bad_items(window):
-    res = extraction.parse(json.dumps([REC, "oops", {"source_id": "x", "content": "a", "dimension": {"memory_type": "fact"}},
-                                       dict(REC, content="  ")]), window)
+    res = extraction.parse(
+        json.dumps(
+            [
+                REC,
+                "oops",
+                {"source_id": "x", "content": "a", "dimension": {"memory_type": "fact"}},
+                dict(REC, content="  "),
+            ]
+        ),
+        window,
+    )
     assert len(res.records) == 1
     assert {"bare_list", "bad_record", "bad_source_id", "empty_content"} <= set(codes(res))
 
@@ -170,9 +214,17 @@ def test_empty_memories_is_ok(window):
 
 # --- query parsing ------------------------------------------------------------------------------
 
-QP = {"query_anchor": "The number of days the user spent camping in 2023", "need_assistant_context": False,
-      "dimension": {"target_memory_type": ["episodic"], "keywords": ["camping"], "time": "between 2023-01-01 and 2023-04-29",
-                    "location": "United States"}, "answer_dim": "content"}
+QP = {
+    "query_anchor": "The number of days the user spent camping in 2023",
+    "need_assistant_context": False,
+    "dimension": {
+        "target_memory_type": ["episodic"],
+        "keywords": ["camping"],
+        "time": "between 2023-01-01 and 2023-04-29",
+        "location": "United States",
+    },
+    "answer_dim": "content",
+}
 
 
 def test_query_parse_clean_and_wrapped():
@@ -183,8 +235,12 @@ def test_query_parse_clean_and_wrapped():
 
 def test_query_parse_repairs_fields():
     bad = dict(QP, need_assistant_context="yes", answer_dim="Time")
-    bad["dimension"] = dict(QP["dimension"], target_memory_type="Episodic, event", keywords="camping; trips",
-                            time="Between 2023-01-01 and 2023-04-29")
+    bad["dimension"] = dict(
+        QP["dimension"],
+        target_memory_type="Episodic, event",
+        keywords="camping; trips",
+        time="Between 2023-01-01 and 2023-04-29",
+    )
     res = query_parse.parse(json.dumps(bad))
     q = res.query
     assert q.need_assistant_context is True and q.answer_dim == "time"
@@ -192,15 +248,23 @@ def test_query_parse_repairs_fields():
     assert q.dimension.time.startswith("between ")
 
 
-@pytest.mark.parametrize("raw, code", [("", "empty_output"), ("no idea", "no_json"), ('{"query_anchor": ""}', "empty_anchor"),
-                                       ('{"query_anchor": "a", "dimension": {"time": "this year"}}', "invalid_time"),
-                                       ('{"query_anchor": "a", "answer_dim": "who"}', "bad_answer_dim")])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ("", "empty_output"),
+        ("no idea", "no_json"),
+        ('{"query_anchor": ""}', "empty_anchor"),
+        ('{"query_anchor": "a", "dimension": {"time": "this year"}}', "invalid_time"),
+        ('{"query_anchor": "a", "answer_dim": "who"}', "bad_answer_dim"),
+    ],
+)
 def test_query_parse_problems(raw, code):
     assert code in codes(query_parse.parse(raw))
 
 
 def test_query_time_range():
     from datetime import date
+
     assert query_parse.time_range("between 2023-01-01 and 2023-04-29") == (date(2023, 1, 1), date(2023, 4, 29))
     assert query_parse.time_range("before 2023-05") == (None, date(2023, 5, 31))
     assert query_parse.time_range("") is None and query_parse.time_range("on someday") is None
@@ -208,15 +272,19 @@ def test_query_time_range():
 
 # --- memory types -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, want, code", [
-    ('{"labels": ["EM", "PM"]}', ["EM", "PM"], None),
-    ('{"labels": ["pm", "Episodic Memory", "EM"]}', ["EM", "PM"], None),
-    ('```json\n{"labels": []}\n```', [], None),
-    ('["GM"]', ["GM"], None),
-    ("Episodic Memory and General Semantic Memory", ["EM", "GM"], "labels_from_text"),
-    ("None", [], "labels_from_text"),
-    ('{"labels": ["EM", "XX"]}', ["EM"], "bad_label"),
-])
+
+@pytest.mark.parametrize(
+    "raw, want, code",
+    [
+        ('{"labels": ["EM", "PM"]}', ["EM", "PM"], None),
+        ('{"labels": ["pm", "Episodic Memory", "EM"]}', ["EM", "PM"], None),
+        ('```json\n{"labels": []}\n```', [], None),
+        ('["GM"]', ["GM"], None),
+        ("Episodic Memory and General Semantic Memory", ["EM", "GM"], "labels_from_text"),
+        ("None", [], "labels_from_text"),
+        ('{"labels": ["EM", "XX"]}', ["EM"], "bad_label"),
+    ],
+)
 def test_memory_type_parse(raw, want, code):
     res = memory_type.parse(raw)
     assert res.labels == want
@@ -228,21 +296,44 @@ def test_memory_type_unreadable():
     assert memory_type.parse("").labels is None and memory_type.parse("hmm, hard to say").labels is None
 
 
-@pytest.mark.parametrize("raw, want", [('{"present": true}', True), ('{"present": "no"}', False), ("Yes.", True),
-                                       ("None", False), ("", None), ("maybe", None)])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        ('{"present": true}', True),
+        ('{"present": "no"}', False),
+        ("Yes.", True),
+        ("None", False),
+        ("", None),
+        ("maybe", None),
+    ],
+)
 def test_binary_decision(raw, want):
     assert memory_type.parse_binary(raw)[0] is want
 
 
 # --- recall plan --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, c, kws, code", [
-    ('{"complexity": "hybrid", "keywords": ["cities", "visited"]}', "hybrid", ["cities", "visited"], None),
-    ('{"complexity": 2, "keywords": ["beach", "vacation"]}', "complex", ["beach", "vacation"], None),
-    ('{"complexity": "0", "keywords": "job, office"}', "simple", ["job", "office"], "keywords_normalised"),
-    ('{"complexity": "Deep Retrieval", "keywords": ["a","b","c","d"]}', "complex", ["a", "b", "c"], "too_many_keywords"),
-    ('{"complexity": "Simple", "keywords": ["Caroline", "Caroline\'s job", "adoption"]}', "simple", ["adoption"], "name_keyword"),
-])
+
+@pytest.mark.parametrize(
+    "raw, c, kws, code",
+    [
+        ('{"complexity": "hybrid", "keywords": ["cities", "visited"]}', "hybrid", ["cities", "visited"], None),
+        ('{"complexity": 2, "keywords": ["beach", "vacation"]}', "complex", ["beach", "vacation"], None),
+        ('{"complexity": "0", "keywords": "job, office"}', "simple", ["job", "office"], "keywords_normalised"),
+        (
+            '{"complexity": "Deep Retrieval", "keywords": ["a","b","c","d"]}',
+            "complex",
+            ["a", "b", "c"],
+            "too_many_keywords",
+        ),
+        (
+            '{"complexity": "Simple", "keywords": ["Caroline", "Caroline\'s job", "adoption"]}',
+            "simple",
+            ["adoption"],
+            "name_keyword",
+        ),
+    ],
+)
 def test_recall_plan_parse(raw, c, kws, code):
     res = recall_plan.parse(raw, names=["Caroline"])
     assert res.plan.complexity == c and res.plan.keywords == kws
@@ -250,9 +341,15 @@ def test_recall_plan_parse(raw, c, kws, code):
         assert code in codes(res)
 
 
-@pytest.mark.parametrize("raw, code", [('{"complexity": "medium", "keywords": ["x"]}', "bad_complexity"),
-                                       ('{"complexity": "simple", "keywords": []}', "no_keywords"),
-                                       ("", "empty_output"), ("[1, 2]", "wrong_shape")])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ('{"complexity": "medium", "keywords": ["x"]}', "bad_complexity"),
+        ('{"complexity": "simple", "keywords": []}', "no_keywords"),
+        ("", "empty_output"),
+        ("[1, 2]", "wrong_shape"),
+    ],
+)
 def test_recall_plan_problems(raw, code):
     res = recall_plan.parse(raw)
     assert res.plan is None and code in codes(res)
@@ -265,12 +362,16 @@ def test_heuristic_keywords_skip_names_and_stopwords():
 
 # --- recall gate --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, want, code", [
-    ('{"kept_ids": [3, 1]}', [3, 1], None),
-    ('{"relevant_ids": ["2", 2, 9, "x"]}', [2], "id_out_of_range"),
-    ("```json\n[1, 4]\n```", [1, 4], None),
-    ('{"kept_ids": [1, 2, 3', [1, 2], "truncated_output"),
-])
+
+@pytest.mark.parametrize(
+    "raw, want, code",
+    [
+        ('{"kept_ids": [3, 1]}', [3, 1], None),
+        ('{"relevant_ids": ["2", 2, 9, "x"]}', [2], "id_out_of_range"),
+        ("```json\n[1, 4]\n```", [1, 4], None),
+        ('{"kept_ids": [1, 2, 3', [1, 2], "truncated_output"),
+    ],
+)
 def test_gate_parse(raw, want, code):
     res = recall_gate.parse(raw, n_candidates=5)
     assert res.kept_ids == want
@@ -282,8 +383,8 @@ def test_gate_budget_and_select():
     res = recall_gate.parse(json.dumps({"kept_ids": list(range(1, 15))}), n_candidates=20, complexity="simple")
     assert len(res.kept_ids) == recall_gate.BUDGETS["simple"] and "over_budget" in codes(res)
     scores = [0.9, 0.55, 0.65, 0.2, 0.95]
-    assert recall_gate.select(scores, "simple") == [5, 1, 3]        # cut 0.6
-    assert recall_gate.select(scores, "complex") == [5, 1, 3, 2]    # cut 0.4
+    assert recall_gate.select(scores, "simple") == [5, 1, 3]  # cut 0.6
+    assert recall_gate.select(scores, "complex") == [5, 1, 3, 2]  # cut 0.4
     assert len(recall_gate.select([0.99] * 30, "hybrid")) == recall_gate.BUDGETS["hybrid"]
 
 

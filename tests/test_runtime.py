@@ -6,10 +6,19 @@ from datetime import datetime
 
 import pytest
 
-from memdistill.data.sources import load
 from memdistill.data.questions import Question, locomo_questions, longmemeval_question
+from memdistill.data.sources import load
 from memdistill.metrics.recall import RecallScores, evidence_coverage
-from memdistill.runtime import BankError, Hit, MemoryBank, MemoryItem, MemoryRuntime, Recall, dimension_score, score_gate
+from memdistill.runtime import (
+    BankError,
+    Hit,
+    MemoryBank,
+    MemoryItem,
+    MemoryRuntime,
+    Recall,
+    dimension_score,
+    score_gate,
+)
 from memdistill.spec.dialogue import Conversation, Session, Turn
 from memdistill.spec.extraction import Dimension, MemoryRecord
 from memdistill.spec.query_parse import QueryAnalysis, QueryDimension
@@ -17,27 +26,78 @@ from tests.conftest import FIXTURES
 
 
 def item(mid, turn, content, mt, time="", location="", kws=(), ts=datetime(2023, 3, 5, 10), cid="c1", speaker="Maya"):
-    return MemoryItem(mid, cid, turn, content, Dimension(memory_type=mt, time=time, location=location, keywords=list(kws)),
-                      speaker, ts)
+    return MemoryItem(
+        mid,
+        cid,
+        turn,
+        content,
+        Dimension(memory_type=mt, time=time, location=location, keywords=list(kws)),
+        speaker,
+        ts,
+    )
 
 
 MARCH, JULY = datetime(2023, 3, 5, 10), datetime(2023, 7, 9, 18)
 ITEMS = [
-    item("m1", "D1:1", "Maya went hiking on Mount Rainier with her brother Sam.", "episodic", "2023-03-04",
-         "Mount Rainier", ["hiking", "Mount Rainier", "Sam"], MARCH),
-    item("m2", "D2:1", "Maya hiked a trail near Lake Tahoe with her friend Lena.", "episodic", "2023-07-08",
-         "Lake Tahoe", ["hiking", "Lake Tahoe", "Lena"], JULY),
-    item("m3", "D1:2", "Tom works as a nurse at a hospital in Leeds.", "fact", "", "Leeds",
-         ["nurse", "hospital", "Leeds"], MARCH, speaker="Tom"),
-    item("m4", "D2:2", "Maya loves hiking and goes on a hike most weekends.", "profile", "", "", ["hiking", "weekends"], JULY),
-    item("m5", "D1:3", "Tom adopted a golden retriever puppy named Biscuit.", "episodic", "2023-03-01", "",
-         ["puppy", "Biscuit", "golden retriever"], MARCH, speaker="Tom"),
+    item(
+        "m1",
+        "D1:1",
+        "Maya went hiking on Mount Rainier with her brother Sam.",
+        "episodic",
+        "2023-03-04",
+        "Mount Rainier",
+        ["hiking", "Mount Rainier", "Sam"],
+        MARCH,
+    ),
+    item(
+        "m2",
+        "D2:1",
+        "Maya hiked a trail near Lake Tahoe with her friend Lena.",
+        "episodic",
+        "2023-07-08",
+        "Lake Tahoe",
+        ["hiking", "Lake Tahoe", "Lena"],
+        JULY,
+    ),
+    item(
+        "m3",
+        "D1:2",
+        "Tom works as a nurse at a hospital in Leeds.",
+        "fact",
+        "",
+        "Leeds",
+        ["nurse", "hospital", "Leeds"],
+        MARCH,
+        speaker="Tom",
+    ),
+    item(
+        "m4",
+        "D2:2",
+        "Maya loves hiking and goes on a hike most weekends.",
+        "profile",
+        "",
+        "",
+        ["hiking", "weekends"],
+        JULY,
+    ),
+    item(
+        "m5",
+        "D1:3",
+        "Tom adopted a golden retriever puppy named Biscuit.",
+        "episodic",
+        "2023-03-01",
+        "",
+        ["puppy", "Biscuit", "golden retriever"],
+        MARCH,
+        speaker="Tom",
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def embed():
     from memdistill.core.embedder import Embedder
+
     return Embedder()
 
 
@@ -51,22 +111,31 @@ def top(hits, n=1):
 
 
 def query(anchor, keywords=(), time="", location="", types=()):
-    return QueryAnalysis(query_anchor=anchor, dimension=QueryDimension(target_memory_type=list(types), keywords=list(keywords),
-                                                                       time=time, location=location))
+    return QueryAnalysis(
+        query_anchor=anchor,
+        dimension=QueryDimension(target_memory_type=list(types), keywords=list(keywords), time=time, location=location),
+    )
 
 
-@pytest.mark.parametrize("question, expected", [
-    ("What does Tom do for a living?", "m3"),
-    ("What is the name of Tom's dog?", "m5"),
-    ("Which lake did Maya visit with Lena?", "m2"),
-])
+@pytest.mark.parametrize(
+    "question, expected",
+    [
+        ("What does Tom do for a living?", "m3"),
+        ("What is the name of Tom's dog?", "m5"),
+        ("Which lake did Maya visit with Lena?", "m2"),
+    ],
+)
 def test_bm25_and_dense_find_the_record_at_k1(rt, question, expected):
     assert top(rt.rank(question, "c1", route=False)) == [expected]
 
 
 def test_time_constraint_changes_the_ranking(rt):
-    q = query("The person Maya went hiking with in July 2023", ["Maya", "hiking"], "between 2023-07-01 and 2023-07-31",
-              types=["episodic"])
+    q = query(
+        "The person Maya went hiking with in July 2023",
+        ["Maya", "hiking"],
+        "between 2023-07-01 and 2023-07-31",
+        types=["episodic"],
+    )
     without = rt.rank("Who did Maya go hiking with in July 2023?", "c1", q, route=False)
     with_route = rt.rank("Who did Maya go hiking with in July 2023?", "c1", q, route=True)
     assert top(without) == ["m4"]  # the profile "loves hiking" matches the words best ...
@@ -88,8 +157,9 @@ def test_type_constraint_and_type_router_change_the_ranking(embed):
 
 def test_dimension_score_by_hand():
     m3 = ITEMS[2]
-    dim = QueryDimension(target_memory_type=["fact"], keywords=["nurse", "Manchester"], time="before 2023-01-01",
-                         location="Manchester")
+    dim = QueryDimension(
+        target_memory_type=["fact"], keywords=["nurse", "Manchester"], time="before 2023-01-01", location="Manchester"
+    )
     # type 1 x 1.5, time 0 x 3 (said 2023-03-05), location 0 x 2, phrases 1/2 x 1.5, tokens 1/2 x 1.5
     assert dimension_score(m3, dim) == pytest.approx((1.5 + 0 + 0 + 0.75 + 0.75) / 9.5)
     assert dimension_score(m3, QueryDimension(location="leeds")) == 1.0  # case-folded, only one active part
@@ -149,8 +219,10 @@ def test_evidence_coverage_and_scores_by_hand():
 
 
 def test_assistant_reply_is_attached_on_demand(embed):
-    t = [Turn("D1:1", "User", "user", "Can you suggest a podcast about history?", MARCH),
-         Turn("D1:2", "Assistant", "assistant", "Try Hardcore History.", MARCH)]
+    t = [
+        Turn("D1:1", "User", "user", "Can you suggest a podcast about history?", MARCH),
+        Turn("D1:2", "Assistant", "assistant", "Try Hardcore History.", MARCH),
+    ]
     conv = Conversation("ua", [Session("S1", MARCH, t)], "user-assistant", ["User", "Assistant"])
     rec = item("u1", "D1:1", "The user asked for history podcast suggestions.", "episodic", cid="ua", ts=MARCH)
     rt = MemoryRuntime(MemoryBank([rec]), embed, conversations={"ua": conv})
@@ -160,19 +232,34 @@ def test_assistant_reply_is_attached_on_demand(embed):
 
 
 def test_bank_from_jsonl_and_errors(tmp_path):
-    good = {"conversation_id": "c1", "source_turn_id": "D1:1", "content": "Maya hikes.",
-            "dimension": {"memory_type": "profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []},
-            "timestamp": "2023-03-05T10:00:00"}
+    good = {
+        "conversation_id": "c1",
+        "source_turn_id": "D1:1",
+        "content": "Maya hikes.",
+        "dimension": {
+            "memory_type": "profile",
+            "time": "",
+            "location": "",
+            "reason": "",
+            "purpose": "",
+            "keywords": [],
+        },
+        "timestamp": "2023-03-05T10:00:00",
+    }
     p = tmp_path / "bank.jsonl"
     p.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "turn_id": "D1:2", "memory_id": "x"}) + "\n")
     bank = MemoryBank.from_jsonl(p)
     assert [(i.memory_id, i.turn_id) for i in bank.items] == [("bank-1", "D1:1"), ("x", "D1:2")]
     bank.save(tmp_path / "again.jsonl")
-    assert [i.to_json() for i in MemoryBank.from_jsonl(tmp_path / "again.jsonl").items] == [i.to_json() for i in bank.items]
-    for bad, msg in [("{not json", r"bank.jsonl:1: not valid JSON"),
-                     (json.dumps({k: v for k, v in good.items() if k != "source_turn_id"}), r":1: missing field 'turn_id'"),
-                     (json.dumps({**good, "dimension": {"memory_type": "event"}}), r":1: field 'dimension'"),
-                     (json.dumps({**good, "timestamp": "yesterday"}), r":1: field 'timestamp'")]:
+    assert [i.to_json() for i in MemoryBank.from_jsonl(tmp_path / "again.jsonl").items] == [
+        i.to_json() for i in bank.items
+    ]
+    for bad, msg in [
+        ("{not json", r"bank.jsonl:1: not valid JSON"),
+        (json.dumps({k: v for k, v in good.items() if k != "source_turn_id"}), r":1: missing field 'turn_id'"),
+        (json.dumps({**good, "dimension": {"memory_type": "event"}}), r":1: field 'dimension'"),
+        (json.dumps({**good, "timestamp": "yesterday"}), r":1: field 'timestamp'"),
+    ]:
         p.write_text(bad + "\n")
         with pytest.raises(ValueError, match=msg):  # BankError, or the shared JSONL reader's SourceError
             MemoryBank.from_jsonl(p)
@@ -182,6 +269,7 @@ def test_bank_from_jsonl_and_errors(tmp_path):
 
 def test_bank_from_extracted_keeps_pointers():
     from memdistill.serve.client import ExtractedMemory
+
     rec = MemoryRecord(source_id=2, content="Tom is a nurse.", dimension=Dimension(memory_type="fact"))
     bank = MemoryBank.from_extracted([ExtractedMemory(rec, "c1", 3, "D1:2", "Tom", "2023-03-05T10:00:00")])
     (it,) = bank.items
@@ -192,12 +280,17 @@ def test_bank_from_extracted_keeps_pointers():
 def test_locomo_evidence_mapping(tmp_path):
     (conv,) = load("locomo", FIXTURES / "locomo_sample.json")
     qs, notes = locomo_questions(conv)
-    assert [(q.category, q.evidence) for q in qs] == [("temporal", ["D1:3"]), ("multi-hop", ["D1:6"]),
-                                                      ("temporal", ["D1:9", "D2:10"])]
+    assert [(q.category, q.evidence) for q in qs] == [
+        ("temporal", ["D1:3"]),
+        ("multi-hop", ["D1:6"]),
+        ("temporal", ["D1:9", "D2:10"]),
+    ]
     assert qs[0].question_date == conv.sessions[-1].date_time and qs[0].answer == "7 May 2023" and not notes
     data = json.loads((FIXTURES / "locomo_sample.json").read_text())
-    data[0]["qa"] = [{"question": "q?", "answer": 2022, "evidence": ["D1:9; D2:10", "D7:1"], "category": 4},
-                     {"question": "adv?", "adversarial_answer": "x", "evidence": [], "category": 5}]
+    data[0]["qa"] = [
+        {"question": "q?", "answer": 2022, "evidence": ["D1:9; D2:10", "D7:1"], "category": 4},
+        {"question": "adv?", "adversarial_answer": "x", "evidence": [], "category": 5},
+    ]
     (tmp_path / "l.json").write_text(json.dumps(data))
     (conv,) = load("locomo", tmp_path / "l.json")
     qs, notes = locomo_questions(conv)
@@ -209,8 +302,12 @@ def test_locomo_evidence_mapping(tmp_path):
 def test_longmemeval_evidence_mapping(tmp_path):
     (conv,) = load("longmemeval", FIXTURES / "longmemeval_sample.json")
     q = longmemeval_question(conv)
-    assert (q.question_id, q.category, q.answer, q.evidence) == ("e47becba", "single-session-user",
-                                                                  "Business Administration", ["answer_280352e9:1"])
+    assert (q.question_id, q.category, q.answer, q.evidence) == (
+        "e47becba",
+        "single-session-user",
+        "Business Administration",
+        ["answer_280352e9:1"],
+    )
     assert q.question_date == datetime(2023, 5, 30, 23, 40)
     data = json.loads((FIXTURES / "longmemeval_sample.json").read_text())
     for sess in data[0]["haystack_sessions"]:

@@ -9,9 +9,19 @@ from pydantic import ValidationError
 
 from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
 
-REC = {"source_id": 3, "source_speaker": "Maya", "content": "Maya moved to Lisbon in 2023-04.",
-       "dimension": {"memory_type": "fact", "time": "2023-04", "location": "Lisbon", "reason": "", "purpose": "",
-                     "keywords": ["Lisbon", "move"]}}
+REC = {
+    "source_id": 3,
+    "source_speaker": "Maya",
+    "content": "Maya moved to Lisbon in 2023-04.",
+    "dimension": {
+        "memory_type": "fact",
+        "time": "2023-04",
+        "location": "Lisbon",
+        "reason": "",
+        "purpose": "",
+        "keywords": ["Lisbon", "move"],
+    },
+}
 
 
 def variants_extraction():
@@ -31,8 +41,19 @@ def variants_extraction():
     mut(lambda r: r.update(content=""))
     mut(lambda r: r.update(extra="x"))
     mut(lambda r: r.pop("dimension"))
-    for t in ["", "2023", "2023-04-09", "2023-04-01/2023-04-30", "2023-4", "2023-04-31x", "April 2023", "2023/2024",
-              "2023-00", "2023-12-32", "1999-01-01/2000"]:
+    for t in [
+        "",
+        "2023",
+        "2023-04-09",
+        "2023-04-01/2023-04-30",
+        "2023-4",
+        "2023-04-31x",
+        "April 2023",
+        "2023/2024",
+        "2023-00",
+        "2023-12-32",
+        "1999-01-01/2000",
+    ]:
         mut(lambda r, t=t: r["dimension"].update(time=t))
     for mt in ["fact", "episodic", "profile", "Fact", "event", ""]:
         mut(lambda r, mt=mt: r["dimension"].update(memory_type=mt))
@@ -46,9 +67,12 @@ def variants_extraction():
     return out
 
 
-QA = {"query_anchor": "Where the user moved in 2023", "need_assistant_context": False,
-      "dimension": {"target_memory_type": ["fact"], "keywords": ["move"], "time": "around 2023", "location": ""},
-      "answer_dim": "location"}
+QA = {
+    "query_anchor": "Where the user moved in 2023",
+    "need_assistant_context": False,
+    "dimension": {"target_memory_type": ["fact"], "keywords": ["move"], "time": "around 2023", "location": ""},
+    "answer_dim": "location",
+}
 
 
 def variants_query():
@@ -59,7 +83,15 @@ def variants_query():
         fn(d)
         out.append(d)
 
-    for t in ["", "on 2023-05-01", "between 2023-01-01 and 2023-04-29", "before 2023", "in 2023", "2023", "between 2023"]:
+    for t in [
+        "",
+        "on 2023-05-01",
+        "between 2023-01-01 and 2023-04-29",
+        "before 2023",
+        "in 2023",
+        "2023",
+        "between 2023",
+    ]:
         mut(lambda d, t=t: d["dimension"].update(time=t))
     for ad in ["", "content", "keywords", "who"]:
         mut(lambda d, ad=ad: d.update(answer_dim=ad))
@@ -74,16 +106,40 @@ def variants_query():
 CASES = [
     (extraction.ExtractionOutput, extraction.json_schema(), variants_extraction()),
     (query_parse.QueryAnalysis, query_parse.json_schema(), variants_query()),
-    (memory_type.TypeLabels, memory_type.json_schema(),
-     [{"labels": []}, {"labels": ["EM", "GM"]}, {"labels": ["em"]}, {"labels": "EM"}, {}, {"labels": ["EM"], "x": 1}]),
-    (memory_type.TypeDecision, memory_type.json_schema(binary=True),
-     [{"present": True}, {"present": "yes"}, {"present": 1}, {}]),
-    (recall_plan.RecallPlan, recall_plan.json_schema(),
-     [{"complexity": "simple", "keywords": ["a"]}, {"complexity": "hybrid", "keywords": []},
-      {"complexity": "complex", "keywords": ["a", "b", "c", "d"]}, {"complexity": 0, "keywords": ["a"]},
-      {"complexity": "Simple", "keywords": ["a"]}, {"keywords": ["a"]}]),
-    (recall_gate.GateOutput, recall_gate.json_schema(),
-     [{"kept_ids": []}, {"kept_ids": [1, 2]}, {"kept_ids": ["1"]}, {"kept_ids": [1.5]}, {"relevant_ids": [1]}]),
+    (
+        memory_type.TypeLabels,
+        memory_type.json_schema(),
+        [
+            {"labels": []},
+            {"labels": ["EM", "GM"]},
+            {"labels": ["em"]},
+            {"labels": "EM"},
+            {},
+            {"labels": ["EM"], "x": 1},
+        ],
+    ),
+    (
+        memory_type.TypeDecision,
+        memory_type.json_schema(binary=True),
+        [{"present": True}, {"present": "yes"}, {"present": 1}, {}],
+    ),
+    (
+        recall_plan.RecallPlan,
+        recall_plan.json_schema(),
+        [
+            {"complexity": "simple", "keywords": ["a"]},
+            {"complexity": "hybrid", "keywords": []},
+            {"complexity": "complex", "keywords": ["a", "b", "c", "d"]},
+            {"complexity": 0, "keywords": ["a"]},
+            {"complexity": "Simple", "keywords": ["a"]},
+            {"keywords": ["a"]},
+        ],
+    ),
+    (
+        recall_gate.GateOutput,
+        recall_gate.json_schema(),
+        [{"kept_ids": []}, {"kept_ids": [1, 2]}, {"kept_ids": ["1"]}, {"kept_ids": [1.5]}, {"relevant_ids": [1]}],
+    ),
 ]
 
 
@@ -123,6 +179,7 @@ def test_window_schema_admits_gold_and_bounds_a_loop():
     from memdistill.data import seed as seedlib
     from memdistill.spec.dialogue import windows
     from tests.conftest import REPO
+
     seed = seedlib.load(REPO / "data" / "seed")
     checked = 0
     for conv in seed.conversations.values():

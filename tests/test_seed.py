@@ -21,8 +21,13 @@ def seed():
 
 
 def test_corpus_validates_with_the_required_counts():
-    r = subprocess.run([sys.executable, "-m", "memdistill", "check-seed", str(SEED)], capture_output=True, text=True,
-                       cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "memdistill", "check-seed", str(SEED)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:]
     assert "0 error(s)" in r.stdout and "## Counts per split" in r.stdout
 
@@ -39,20 +44,31 @@ def _edit(path, fn, line=0):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-@pytest.mark.parametrize("file, fn, msg", [
-    ("memories.jsonl", lambda r: r.update(source_turn_id="D9:99"), "has no turn 'D9:99'"),
-    ("memories.jsonl", lambda r: r["dimension"].update(memory_type="event"), "dimension invalid"),
-    ("memories.jsonl", lambda r: r["dimension"].update(time="2031-01-01", ) or r.update(is_plan=False),
-     "is after its source message"),
-    ("memories.jsonl", lambda r: r["dimension"].update(time="2023-02-30"), "not a calendar date"),
-    ("types.jsonl", lambda r: r.update(labels=["EM", "XM"]), "labels"),
-    ("types.jsonl", lambda r: r.update(text=r["text"] + " extra"), "text differs from turns"),
-    ("questions.jsonl", lambda r: r.update(evidence=["D7:77"]), "evidence turn 'D7:77'"),
-    ("questions.jsonl", lambda r: r["plan"].update(complexity="medium"), "plan invalid"),
-    ("questions.jsonl", lambda r: r["query"].update(answer_dim="who"), "query invalid"),
-    ("gate.jsonl", lambda r: r.update(kept_ids=[99]), "kept_ids not among candidate ids"),
-    ("conversations.jsonl", lambda r: r.update(split="holdout"), "split 'holdout'"),
-])
+@pytest.mark.parametrize(
+    "file, fn, msg",
+    [
+        ("memories.jsonl", lambda r: r.update(source_turn_id="D9:99"), "has no turn 'D9:99'"),
+        ("memories.jsonl", lambda r: r["dimension"].update(memory_type="event"), "dimension invalid"),
+        (
+            "memories.jsonl",
+            lambda r: (
+                r["dimension"].update(
+                    time="2031-01-01",
+                )
+                or r.update(is_plan=False)
+            ),
+            "is after its source message",
+        ),
+        ("memories.jsonl", lambda r: r["dimension"].update(time="2023-02-30"), "not a calendar date"),
+        ("types.jsonl", lambda r: r.update(labels=["EM", "XM"]), "labels"),
+        ("types.jsonl", lambda r: r.update(text=r["text"] + " extra"), "text differs from turns"),
+        ("questions.jsonl", lambda r: r.update(evidence=["D7:77"]), "evidence turn 'D7:77'"),
+        ("questions.jsonl", lambda r: r["plan"].update(complexity="medium"), "plan invalid"),
+        ("questions.jsonl", lambda r: r["query"].update(answer_dim="who"), "query invalid"),
+        ("gate.jsonl", lambda r: r.update(kept_ids=[99]), "kept_ids not among candidate ids"),
+        ("conversations.jsonl", lambda r: r.update(split="holdout"), "split 'holdout'"),
+    ],
+)
 def test_validator_catches_errors(tmp_path, file, fn, msg):
     d = _copy(tmp_path)
     _edit(d / file, fn)
@@ -64,8 +80,16 @@ def test_validator_catches_leak_between_splits(tmp_path, seed):
     d = _copy(tmp_path)
     rows = [json.loads(x) for x in (d / "types.jsonl").read_text().splitlines()]
     test_row = next(r for r in rows if r.get("conversation_id") and seed.split[r["conversation_id"]] == "test")
-    rows.append({"snippet_id": "sa-leak", "conversation_id": None, "turn_ids": [], "text": test_row["text"],
-                 "labels": test_row["labels"], "split": "train"})
+    rows.append(
+        {
+            "snippet_id": "sa-leak",
+            "conversation_id": None,
+            "turn_ids": [],
+            "text": test_row["text"],
+            "labels": test_row["labels"],
+            "split": "train",
+        }
+    )
     (d / "types.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert any("splits: types text in ['test', 'train']" in e for e in seedlib.check(d).errors)
 
@@ -85,8 +109,25 @@ def test_gold_records_follow_the_window(seed):
 
 
 def test_windows_cli_on_the_seed_corpus():
-    r = subprocess.run([sys.executable, "-m", "memdistill", "windows", "--format", "seed", str(SEED / "conversations.jsonl"),
-                        "--window", "25", "--overlap", "5"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memdistill",
+            "windows",
+            "--format",
+            "seed",
+            str(SEED / "conversations.jsonl"),
+            "--window",
+            "25",
+            "--overlap",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     ws = [json.loads(x) for x in r.stdout.splitlines()]
     assert len({w["conversation_id"] for w in ws}) == 40 and all(w["text"] for w in ws)
@@ -97,8 +138,9 @@ def test_gate_file_is_what_the_builder_makes(seed):
 
 
 def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
-    from memdistill.data.build import DataConfig, build
     from memdistill.core.config import load_config
+    from memdistill.data.build import DataConfig, build
+
     cfg = load_config(DataConfig, REPO / "configs/data/seed.yaml", [f"output_dir={tmp_path / 'built'}"])
     stats = build(cfg)
     test_convs = {c for c, s in seed.split.items() if s == "test"}
@@ -113,5 +155,6 @@ def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
                     assert not any(t in user for t in test_text if len(t) > 40)
         assert stats["tasks"][task]["train"]["rows"] > 0
     import datasets
+
     ds = datasets.load_dataset("json", data_files=str(tmp_path / "built" / "router" / "train.jsonl"), split="train")
     assert set(ds.column_names) >= {"text", "labels", "label_vector"}

@@ -8,10 +8,10 @@ import httpx
 import pytest
 
 from memdistill.data import seed as seedlib
-from memdistill.spec.dialogue import windows
-from memdistill.spec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
 from memdistill.serve.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
 from memdistill.serve.server import free_port
+from memdistill.spec.dialogue import windows
+from memdistill.spec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm
@@ -80,13 +80,18 @@ def test_other_models_answer_through_the_sdk(mm):
 def test_served_rendering_equals_training_rendering(server, seed):
     """vLLM renders the chat exactly as training does (same template, thinking off by default)."""
     from transformers import AutoTokenizer
+
     from memdistill.spec import extraction
+
     tok = AutoTokenizer.from_pretrained(server.model)
     conv = next(iter(seed.conversations.values()))
     msgs = extraction.chat_messages(windows(conv, 6, 1)[1])
     for body in ({"messages": msgs}, {"messages": msgs, "chat_template_kwargs": CHAT_TEMPLATE_KWARGS}):
-        r = httpx.post(f"{server.urls[0]}/tokenize", json={"model": server.cfg.served_model_name,
-                                                           "add_generation_prompt": True, **body}, timeout=60)
+        r = httpx.post(
+            f"{server.urls[0]}/tokenize",
+            json={"model": server.cfg.served_model_name, "add_generation_prompt": True, **body},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         assert r.json()["tokens"] == prompt_ids(tok, msgs)
 
@@ -129,7 +134,9 @@ def test_slow_server_is_a_timeout_not_a_hang():
     try:
         t0 = time.time()
         with pytest.raises(EndpointTimeout):
-            MemoryModels(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", timeout=1.5, max_retries=1).parse_query("x?", None)
+            MemoryModels(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", timeout=1.5, max_retries=1).parse_query(
+                "x?", None
+            )
         assert time.time() - t0 < 15
     finally:
         stop.set()

@@ -43,12 +43,18 @@ def _locomo(tmp_path, mutate):
     return p
 
 
-@pytest.mark.parametrize("mutate, msg", [
-    (lambda s: s["conversation"].pop("speaker_a"), "sample 0 (conv-26): missing field 'speaker_a'"),
-    (lambda s: s["conversation"].update(session_2_date_time="sometime in May"), "session_2_date_time: unrecognised timestamp 'sometime in May'"),
-    (lambda s: s["conversation"]["session_1"][2].pop("dia_id"), "session_1 turn 2: missing field 'dia_id'"),
-    (lambda s: s["conversation"].update(session_3="oops"), "session_3 should be a list"),
-])
+@pytest.mark.parametrize(
+    "mutate, msg",
+    [
+        (lambda s: s["conversation"].pop("speaker_a"), "sample 0 (conv-26): missing field 'speaker_a'"),
+        (
+            lambda s: s["conversation"].update(session_2_date_time="sometime in May"),
+            "session_2_date_time: unrecognised timestamp 'sometime in May'",
+        ),
+        (lambda s: s["conversation"]["session_1"][2].pop("dia_id"), "session_1 turn 2: missing field 'dia_id'"),
+        (lambda s: s["conversation"].update(session_3="oops"), "session_3 should be a list"),
+    ],
+)
 def test_locomo_malformed(tmp_path, mutate, msg):
     p = _locomo(tmp_path, mutate)
     with pytest.raises(SourceError) as e:
@@ -63,12 +69,18 @@ def test_locomo_not_json(tmp_path):
         load("locomo", p)
 
 
-@pytest.mark.parametrize("mutate, msg", [
-    (lambda i: i["haystack_dates"].pop(), "differ in length"),
-    (lambda i: i["haystack_sessions"][1][0].update(role="narrator"), "haystack_sessions[1] (answer_280352e9) message 1: role 'narrator'"),
-    (lambda i: i["haystack_dates"].__setitem__(0, "20/05/2023"), "haystack_dates[0]: unrecognised timestamp"),
-    (lambda i: i.pop("question_id"), "instance 0: missing field 'question_id'"),
-])
+@pytest.mark.parametrize(
+    "mutate, msg",
+    [
+        (lambda i: i["haystack_dates"].pop(), "differ in length"),
+        (
+            lambda i: i["haystack_sessions"][1][0].update(role="narrator"),
+            "haystack_sessions[1] (answer_280352e9) message 1: role 'narrator'",
+        ),
+        (lambda i: i["haystack_dates"].__setitem__(0, "20/05/2023"), "haystack_dates[0]: unrecognised timestamp"),
+        (lambda i: i.pop("question_id"), "instance 0: missing field 'question_id'"),
+    ],
+)
 def test_longmemeval_malformed(tmp_path, mutate, msg):
     data = json.loads((FIXTURES / "longmemeval_sample.json").read_text())
     mutate(data[0])
@@ -79,14 +91,17 @@ def test_longmemeval_malformed(tmp_path, mutate, msg):
     assert msg in str(e.value)
 
 
-@pytest.mark.parametrize("line, msg", [
-    ("{not json", ":2: not valid JSON"),
-    ('{"text": "hi"}', ":2: expected 'messages'"),
-    ('{"messages": [{"role": "robot", "content": "x"}]}', ":2: message 1: role 'robot'"),
-    ('{"messages": [{"role": "user", "content": 5}]}', ":2: message 1: content should be a string"),
-    ('{"messages": [{"role": "user", "content": "x", "timestamp": "soon"}]}', "unrecognised timestamp 'soon'"),
-    ("[1, 2]", ":2: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, msg",
+    [
+        ("{not json", ":2: not valid JSON"),
+        ('{"text": "hi"}', ":2: expected 'messages'"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}', ":2: message 1: role 'robot'"),
+        ('{"messages": [{"role": "user", "content": 5}]}', ":2: message 1: content should be a string"),
+        ('{"messages": [{"role": "user", "content": "x", "timestamp": "soon"}]}', "unrecognised timestamp 'soon'"),
+        ("[1, 2]", ":2: expected a JSON object"),
+    ],
+)
 def test_chat_jsonl_malformed(tmp_path, line, msg):
     p = tmp_path / "chat.jsonl"
     p.write_text('{"messages": [{"role": "user", "content": "fine"}]}\n' + line + "\n")
@@ -97,8 +112,20 @@ def test_chat_jsonl_malformed(tmp_path, line, msg):
 
 def test_seed_malformed(tmp_path):
     p = tmp_path / "conv.jsonl"
-    p.write_text(json.dumps({"conversation_id": "x1", "sessions": [
-        {"date_time": "2023-05-08T10:00:00", "turns": [{"turn_id": "D1:1", "speaker": "A", "role": "bot", "text": "hi"}]}]}) + "\n")
+    p.write_text(
+        json.dumps(
+            {
+                "conversation_id": "x1",
+                "sessions": [
+                    {
+                        "date_time": "2023-05-08T10:00:00",
+                        "turns": [{"turn_id": "D1:1", "speaker": "A", "role": "bot", "text": "hi"}],
+                    }
+                ],
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(SourceError, match=r"conv.jsonl:1 \(x1\): sessions\[0\].turns\[0\]: turn 'D1:1': role 'bot'"):
         load("seed", p)
 

@@ -6,18 +6,31 @@ from email.utils import formatdate
 
 import pytest
 
-from memdistill.data.teacher import (ConfigError, Teacher, TeacherError, TeacherFatal, retry_after_seconds,
-                              settings_from_dict)
+from memdistill.data.fake_teacher import FakeOpenAI, content_hash
+from memdistill.data.teacher import (
+    ConfigError,
+    Teacher,
+    TeacherError,
+    TeacherFatal,
+    retry_after_seconds,
+    settings_from_dict,
+)
 from memdistill.spec import extraction, recall_plan
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
-from memdistill.data.fake_teacher import FakeOpenAI, content_hash
 
 KEY = "sk-teacher-test-0123456789"
 
 
 def _settings(urls, **kw):
-    base = {"base_urls": urls if isinstance(urls, list) else [urls], "model": "fake-teacher", "concurrency": 4,
-            "timeout_s": 0.6, "max_retries": 5, "backoff_s": 0.01, "backoff_max_s": 0.05}
+    base = {
+        "base_urls": urls if isinstance(urls, list) else [urls],
+        "model": "fake-teacher",
+        "concurrency": 4,
+        "timeout_s": 0.6,
+        "max_retries": 5,
+        "backoff_s": 0.01,
+        "backoff_max_s": 0.05,
+    }
     return settings_from_dict(base | kw)
 
 
@@ -29,6 +42,7 @@ def _run(settings, cache_dir, coro_fn, api_key=KEY):
     async def main():
         async with Teacher(settings, cache_dir, api_key=api_key) as t:
             return await coro_fn(t), t.stats
+
     return asyncio.run(main())
 
 
@@ -37,12 +51,21 @@ def test_every_fault_is_retried_until_an_answer(tmp_path):
         for i, f in enumerate(["429", "500", "hang", "drop", "bad_body", "503"]):
             fake.add_fault(f, index=i)
         t0 = time.time()
-        reply, stats = _run(_settings(fake.url, concurrency=1, max_retries=6), tmp_path,
-                            lambda t: t.complete(_msgs(0), recall_plan.json_schema(), "plan"))
+        reply, stats = _run(
+            _settings(fake.url, concurrency=1, max_retries=6),
+            tmp_path,
+            lambda t: t.complete(_msgs(0), recall_plan.json_schema(), "plan"),
+        )
         assert time.time() - t0 >= 0.4 + 0.6  # waited out Retry-After and the client timeout
         assert fake.requests == 7 and stats.requests == 7 and stats.retries == 6
-        assert dict(stats.retry_codes) == {"http_429": 1, "http_500": 1, "timeout": 1, "connection": 1,
-                                           "bad_response": 1, "http_503": 1}
+        assert dict(stats.retry_codes) == {
+            "http_429": 1,
+            "http_500": 1,
+            "timeout": 1,
+            "connection": 1,
+            "bad_response": 1,
+            "http_503": 1,
+        }
         assert recall_plan.parse(reply.text).ok and reply.prompt_tokens > 0 and not reply.cached
 
 
@@ -58,6 +81,7 @@ def test_retries_run_out_and_client_errors_are_not_retried(tmp_path):
                     await t.complete(_msgs(k))
                 out.append(e.value.code)
             return out
+
         codes, stats = _run(_settings(fake.url, max_retries=2), tmp_path, both)
         assert codes == ["http_500", "http_400"]
         assert fake.requests == 3 + 1  # 500: first try + 2 retries; 400: once
@@ -89,16 +113,22 @@ def test_cache_is_content_addressed_and_shared_across_endpoints(tmp_path):
 
 def test_identical_requests_in_flight_are_sent_once(tmp_path):
     with FakeOpenAI(latency=0.2) as fake:
-        replies, stats = _run(_settings(fake.url, concurrency=8), tmp_path,
-                              lambda t: asyncio.gather(*(t.complete(_msgs(0)) for _ in range(5))))
+        replies, stats = _run(
+            _settings(fake.url, concurrency=8),
+            tmp_path,
+            lambda t: asyncio.gather(*(t.complete(_msgs(0)) for _ in range(5))),
+        )
         assert fake.requests == 1 and len({r.text for r in replies}) == 1
         assert sum(r.cached for r in replies) == 4 and stats.cache_hits == 4
 
 
 def test_concurrency_is_bounded_and_spread_over_endpoints(tmp_path):
     with FakeOpenAI(latency=0.15) as a, FakeOpenAI(latency=0.15) as b:
-        _run(_settings([a.url, b.url], concurrency=4), tmp_path,
-             lambda t: asyncio.gather(*(t.complete(_msgs(k)) for k in range(16))))
+        _run(
+            _settings([a.url, b.url], concurrency=4),
+            tmp_path,
+            lambda t: asyncio.gather(*(t.complete(_msgs(k)) for k in range(16))),
+        )
         assert a.requests + b.requests == 16 and a.requests >= 6 and b.requests >= 6
         assert a.max_inflight + b.max_inflight <= 4 + 1 and max(a.max_inflight, b.max_inflight) >= 2
 
@@ -108,8 +138,11 @@ def test_a_dead_endpoint_is_routed_around(tmp_path):
         dead = FakeOpenAI().start()
         dead_url = dead.url
         dead.stop()  # connection refused from now on
-        replies, stats = _run(_settings([dead_url, live.url], concurrency=2), tmp_path,
-                              lambda t: asyncio.gather(*(t.complete(_msgs(k)) for k in range(8))))
+        replies, stats = _run(
+            _settings([dead_url, live.url], concurrency=2),
+            tmp_path,
+            lambda t: asyncio.gather(*(t.complete(_msgs(k)) for k in range(8))),
+        )
         assert len(replies) == 8 and live.requests == 8
         assert stats.retry_codes["connection"] <= 2  # after one refusal the endpoint sits out its cool-down
 
@@ -117,8 +150,11 @@ def test_a_dead_endpoint_is_routed_around(tmp_path):
 @pytest.mark.parametrize("structured, no_think", [("json_schema", True), ("json_object", True), ("none", False)])
 def test_request_body(tmp_path, structured, no_think):
     with FakeOpenAI(api_key=KEY) as fake:
-        _run(_settings(fake.url, structured=structured, qwen3_no_think=no_think, max_tokens=99), tmp_path,
-             lambda t: t.complete(_msgs(0), extraction.json_schema(), "memories"))
+        _run(
+            _settings(fake.url, structured=structured, qwen3_no_think=no_think, max_tokens=99),
+            tmp_path,
+            lambda t: t.complete(_msgs(0), extraction.json_schema(), "memories"),
+        )
         body = fake.log[0]["body"]
     assert body["model"] == "fake-teacher" and body["max_tokens"] == 99 and body["temperature"] == 0.0
     assert content_hash(body["messages"]) == content_hash(_msgs(0))
@@ -157,6 +193,7 @@ def test_teacher_configs_parse():
     import yaml
 
     from tests.conftest import REPO
+
     for path in sorted((REPO / "configs/data_gen").glob("teacher_*.yaml")):
         s = settings_from_dict(yaml.safe_load(path.read_text())["teacher"], str(path))
         assert s.base_urls and s.model and s.api_key_env, path

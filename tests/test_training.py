@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from memdistill.data.sources import load
 from memdistill.core.config import ConfigError, load_config
+from memdistill.data.sources import load
 from memdistill.spec import SCHEMA_VERSION, extraction, query_parse
 from memdistill.spec.dialogue import windows
 from memdistill.spec.render import prompt_ids, sft_row
@@ -26,6 +26,7 @@ GOLDEN = Path(__file__).parent / "golden" / "render_hashes.json"
 @pytest.fixture(scope="session")
 def smollm2_dir():
     from memdistill.core.models import model_path
+
     return model_path("embedded:smollm2-135m-instruct")
 
 
@@ -42,16 +43,32 @@ def tiny_qwen3_dir(tmp_path_factory, smollm2_dir):
     # Qwen's pre-tokenizer keeps a newline run in one piece (GPT-2's splits off its last character), so
     # "</think>\n\n" tokenizes alike before a completion and at the end of a generation prompt.
     from tokenizers import Regex, pre_tokenizers
-    qwen_split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(qwen_split), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+    qwen_split = (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(qwen_split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     Qwen3ForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
@@ -63,18 +80,40 @@ def _rows():
     rows = []
     for w in windows(conv, 8, 2)[:3]:
         n, t = w.extractable()[0]
-        rec = extraction.MemoryRecord(source_id=n, source_speaker=t.speaker, content=f"{t.speaker} said: {t.text[:60]}",
-                                      dimension=extraction.Dimension(memory_type="episodic", time=t.timestamp.date().isoformat(),
-                                                                     keywords=[t.speaker.lower()]))
-        rows.append(sft_row(extraction.chat_messages(w), extraction.render_completion([rec]), task="extraction",
-                            schema_version=SCHEMA_VERSION, conversation_id=conv.conversation_id, window=[8, 2],
-                            style=conv.style))
-    qa = query_parse.QueryAnalysis(query_anchor="When Caroline went to the support group", need_assistant_context=False,
-                                   dimension=query_parse.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
-                                   answer_dim="time")
-    rows.append(sft_row(query_parse.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
-                        query_parse.render_completion(qa), task="query_parse", schema_version=SCHEMA_VERSION,
-                        conversation_id=conv.conversation_id))
+        rec = extraction.MemoryRecord(
+            source_id=n,
+            source_speaker=t.speaker,
+            content=f"{t.speaker} said: {t.text[:60]}",
+            dimension=extraction.Dimension(
+                memory_type="episodic", time=t.timestamp.date().isoformat(), keywords=[t.speaker.lower()]
+            ),
+        )
+        rows.append(
+            sft_row(
+                extraction.chat_messages(w),
+                extraction.render_completion([rec]),
+                task="extraction",
+                schema_version=SCHEMA_VERSION,
+                conversation_id=conv.conversation_id,
+                window=[8, 2],
+                style=conv.style,
+            )
+        )
+    qa = query_parse.QueryAnalysis(
+        query_anchor="When Caroline went to the support group",
+        need_assistant_context=False,
+        dimension=query_parse.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
+        answer_dim="time",
+    )
+    rows.append(
+        sft_row(
+            query_parse.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
+            query_parse.render_completion(qa),
+            task="query_parse",
+            schema_version=SCHEMA_VERSION,
+            conversation_id=conv.conversation_id,
+        )
+    )
     return rows
 
 
@@ -87,9 +126,24 @@ def train_file(tmp_path):
 
 def _cfg(model, train_file, out, **kw):
     from memdistill.train.extractor import ExtractorConfig
-    base = dict(model=model, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-2,
-                max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=1024,
-                dtype="float32", gradient_checkpointing=False, logging_steps=1, save_steps=100, lora_r=4, lora_alpha=8)
+
+    base = dict(
+        model=model,
+        train_file=train_file,
+        eval_file=None,
+        output_dir=str(out),
+        learning_rate=1e-2,
+        max_steps=3,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        max_length=1024,
+        dtype="float32",
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_steps=100,
+        lora_r=4,
+        lora_alpha=8,
+    )
     base.update(kw)
     return ExtractorConfig(**base)
 
@@ -97,6 +151,7 @@ def _cfg(model, train_file, out, **kw):
 @pytest.mark.parametrize("which", ["tiny_qwen3_dir", "smollm2_dir"])
 def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
     from memdistill.train.extractor import build_trainer
+
     model_dir = request.getfixturevalue(which)
     cfg = _cfg(model_dir, train_file, tmp_path / "run", max_steps=2 if which == "smollm2_dir" else 3)
     trainer = build_trainer(cfg)
@@ -119,6 +174,7 @@ def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_di
     """The CPU speed-up (score only labelled positions) changes no number the optimiser sees."""
     import trl.trainer.utils as trl_utils
     from trl.kernels.chunked_logprob import _use_triton
+
     from memdistill.train.extractor import build_trainer
 
     trainer = build_trainer(_cfg(tiny_qwen3_dir, train_file, tmp_path / "s", lora_dropout=0.0))
@@ -148,7 +204,9 @@ def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_di
 def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir, train_file, tmp_path):
     """The prompt part of every tokenized training row is exactly what serving renders for it."""
     from transformers import AutoTokenizer
+
     from memdistill.train.extractor import build_trainer
+
     for model_dir in (tiny_qwen3_dir, smollm2_dir):
         trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / Path(model_dir).name))
         tok = AutoTokenizer.from_pretrained(model_dir)
@@ -166,6 +224,7 @@ def test_training_rendering_equals_serving_rendering(tiny_qwen3_dir, smollm2_dir
 
 def _render_hash(model_dir, train_file, tmp_path):
     from memdistill.train.extractor import build_trainer
+
     trainer = build_trainer(_cfg(model_dir, train_file, tmp_path / "h"))
     h = hashlib.sha256()
     for r in trainer.train_dataset:
@@ -176,7 +235,10 @@ def _render_hash(model_dir, train_file, tmp_path):
 def test_rendered_rows_match_golden_hash(smollm2_dir, tiny_qwen3_dir, train_file, tmp_path):
     """Template, prompt or completion-format drift changes these hashes. After an intended change, bump
     memdistill.spec.SCHEMA_VERSION and regenerate with UPDATE_GOLDEN=1."""
-    got = {"smollm2": _render_hash(smollm2_dir, train_file, tmp_path), "tiny_qwen3": _render_hash(tiny_qwen3_dir, train_file, tmp_path)}
+    got = {
+        "smollm2": _render_hash(smollm2_dir, train_file, tmp_path),
+        "tiny_qwen3": _render_hash(tiny_qwen3_dir, train_file, tmp_path),
+    }
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **got}, indent=1) + "\n")
@@ -188,6 +250,7 @@ def test_rendered_rows_match_golden_hash(smollm2_dir, tiny_qwen3_dir, train_file
 def test_merge_logits_equal_base_plus_adapter(tiny_qwen3_dir, train_file, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
     from memdistill.train.extractor import train
     from memdistill.train.merge import MergeConfig, merge
 
@@ -233,14 +296,18 @@ def test_a_missing_dataset_names_the_command_that_builds_it(tiny_qwen3_dir, tmp_
     from memdistill.train.extractor import build_trainer
 
     cfg = _cfg(tiny_qwen3_dir, str(tmp_path / "nope.jsonl"), tmp_path / "run", data_config="configs/data/x.yaml")
-    with pytest.raises(FileNotFoundError, match=r"nope.jsonl: no such dataset; build it first with "
-                                                r"`memdistill data --config configs/data/x.yaml`"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"nope.jsonl: no such dataset; build it first with "
+        r"`memdistill data --config configs/data/x.yaml`",
+    ):
         build_trainer(cfg)
     assert not (tmp_path / "nope.jsonl").exists() and not (REPO / "data/built-x").exists()
 
 
 def test_schema_version_mismatch_is_refused(tiny_qwen3_dir, tmp_path):
     from memdistill.train.extractor import build_trainer
+
     p = tmp_path / "old.jsonl"
     row = dict(_rows()[0], schema_version="0.1")
     p.write_text(json.dumps(row) + "\n")
@@ -250,24 +317,30 @@ def test_schema_version_mismatch_is_refused(tiny_qwen3_dir, tmp_path):
 
 def test_lora_on_embeddings_is_refused(tiny_qwen3_dir, train_file, tmp_path):
     from memdistill.train.extractor import validate
+
     with pytest.raises(ValueError, match="embeddings or lm_head"):
         validate(_cfg(tiny_qwen3_dir, train_file, tmp_path, target_modules=["q_proj", "lm_head"]))
 
 
 def test_every_yaml_loads_into_its_dataclass():
     from accelerate.commands.config.config_args import ClusterConfig
+
     from memdistill.data.build import DataConfig
+    from memdistill.eval.e2e import E2EConfig
+    from memdistill.eval.encoders import EncoderEvalConfig
     from memdistill.eval.extractor import EvalConfig
     from memdistill.serve.server import ServeConfig
+    from memdistill.train.encoder import EncoderConfig
     from memdistill.train.extractor import ExtractorConfig, validate
     from memdistill.train.merge import MergeConfig
 
-    from memdistill.eval.e2e import E2EConfig
-    from memdistill.eval.encoders import EncoderEvalConfig
-    from memdistill.train.encoder import EncoderConfig
-
-    kinds = {"extractor_": ExtractorConfig, "merge_": MergeConfig, "router_": EncoderConfig, "planner_": EncoderConfig,
-             "gate_": EncoderConfig}
+    kinds = {
+        "extractor_": ExtractorConfig,
+        "merge_": MergeConfig,
+        "router_": EncoderConfig,
+        "planner_": EncoderConfig,
+        "gate_": EncoderConfig,
+    }
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
         rel = path.relative_to(REPO / "configs")
@@ -292,6 +365,7 @@ def test_every_yaml_loads_into_its_dataclass():
 
 def test_config_errors_name_the_key(tmp_path):
     from memdistill.train.extractor import ExtractorConfig
+
     p = tmp_path / "c.yaml"
     p.write_text("model: x\nlearning_rat: 1e-4\n")
     with pytest.raises(ConfigError, match=r"c.yaml: unknown key 'learning_rat'"):
@@ -300,29 +374,112 @@ def test_config_errors_name_the_key(tmp_path):
         load_config(ExtractorConfig, None, ["nope=1"])
     with pytest.raises(ConfigError, match="max_steps should be int"):
         load_config(ExtractorConfig, None, ["max_steps=many"])
-    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", ["max_steps=7", "learning_rate=1e-3"])
+    cfg = load_config(
+        ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", ["max_steps=7", "learning_rate=1e-3"]
+    )
     assert cfg.max_steps == 7 and cfg.learning_rate == 1e-3
 
 
 def test_gpu_recipe_runs_the_same_code_on_a_tiny_qwen3(tiny_qwen3_dir, train_file, tmp_path):
     """The Qwen3-4B YAML, with only the model and data swapped for tiny ones, builds and steps."""
     from memdistill.train.extractor import ExtractorConfig, build_trainer
-    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b.yaml",
-                      [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
-                       f"output_dir={tmp_path / 'gpu'}", "max_steps=1"])
+
+    cfg = load_config(
+        ExtractorConfig,
+        REPO / "configs/training/extractor_qwen3_4b.yaml",
+        [
+            f"model={tiny_qwen3_dir}",
+            f"train_file={train_file}",
+            "eval_file=null",
+            f"output_dir={tmp_path / 'gpu'}",
+            "max_steps=1",
+        ],
+    )
     assert cfg.gradient_checkpointing and cfg.dtype == "bfloat16" and cfg.max_length == 12288
     trainer = build_trainer(cfg)
+    # bf16 autocast and checkpointing as on the GPU (CPU autocast runs bf16 too)
+    assert trainer.args.bf16 and trainer.accelerator.mixed_precision == "bf16"
     trainer.train()
     assert trainer.state.global_step == 1
+    assert trainer.model.base_model.model.is_gradient_checkpointing  # the Trainer turns it on in train()
+
+
+def test_qwen3_4b_recipe_arguments_on_a_cuda_device_are_the_cpu_ones(tmp_path, monkeypatch):
+    """sft_args(cfg, use_cpu=False) is what a CUDA run trains with: bf16, checkpointing, batch 1 x 2; the
+    device changes use_cpu and nothing the recipe sets."""
+    import transformers.training_args as targs
+
+    from memdistill.train.extractor import ExtractorConfig, sft_args
+
+    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b.yaml", [f"output_dir={tmp_path}"])
+    on_cpu = sft_args(cfg, use_cpu=True).to_dict()
+    with pytest.raises(ValueError, match="doesn't support bf16/gpu"):  # transformers checks the hardware here
+        sft_args(cfg, use_cpu=False)
+    monkeypatch.setattr(targs, "is_torch_bf16_gpu_available", lambda: True)  # stand in for the H100's answer
+    on_gpu = sft_args(cfg, use_cpu=False).to_dict()
+    assert on_gpu["bf16"] and not on_gpu["fp16"] and on_gpu["gradient_checkpointing"]
+    assert (on_gpu["per_device_train_batch_size"], on_gpu["gradient_accumulation_steps"]) == (1, 2)
+    assert on_gpu["learning_rate"] == 5e-5 and on_gpu["max_length"] == 12288 and on_gpu["completion_only_loss"]
+    # transformers itself turns pinned memory off on CPU
+    assert {k for k in on_gpu if on_gpu[k] != on_cpu[k]} <= {"use_cpu", "dataloader_pin_memory"}
+
+
+def test_qlora_recipe_quantizes_the_base_to_nf4():
+    from memdistill.train.extractor import ExtractorConfig, quantization_config
+
+    q = quantization_config(load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b_qlora.yaml"))
+    assert q.load_in_4bit and not q.load_in_8bit
+    assert q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant and q.bnb_4bit_compute_dtype == torch.bfloat16
+    assert quantization_config(load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b.yaml")) is None
+
+
+def test_qlora_recipe_trains_on_a_tiny_qwen3_on_cpu(tiny_qwen3_dir, train_file, tmp_path):
+    """The QLoRA YAML end to end on bitsandbytes' CPU backend: 4-bit NF4 base, bf16 adapters that learn."""
+    import bitsandbytes as bnb
+
+    from memdistill.train.extractor import ExtractorConfig, build_trainer
+
+    cfg = load_config(
+        ExtractorConfig,
+        REPO / "configs/training/extractor_qwen3_4b_qlora.yaml",
+        [
+            f"model={tiny_qwen3_dir}",
+            f"train_file={train_file}",
+            "eval_file=null",
+            f"output_dir={tmp_path / 'q'}",
+            "max_steps=1",
+            "learning_rate=1e-2",
+            "warmup_steps=0",
+        ],
+    )
+    trainer = build_trainer(cfg)
+    model = trainer.model
+    assert model.base_model.model.is_loaded_in_4bit
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+    lora = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    assert lora and all("lora_" in k and p.dtype == torch.bfloat16 for k, p in lora.items())
+    before = {k: p.detach().clone() for k, p in lora.items()}
+    trainer.train()
+    assert trainer.state.global_step == 1
+    assert any(not torch.equal(before[k], p.detach()) for k, p in lora.items())
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="QLoRA (bitsandbytes 4-bit) needs a CUDA device")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="runs the QLoRA recipe on a CUDA device")
 def test_qlora_variant_on_gpu(tiny_qwen3_dir, train_file, tmp_path):
     from memdistill.train.extractor import ExtractorConfig, build_trainer
-    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_qwen3_4b_qlora.yaml",
-                      [f"model={tiny_qwen3_dir}", f"train_file={train_file}", "eval_file=null",
-                       f"output_dir={tmp_path / 'q'}", "max_steps=2"])
+
+    cfg = load_config(
+        ExtractorConfig,
+        REPO / "configs/training/extractor_qwen3_4b_qlora.yaml",
+        [
+            f"model={tiny_qwen3_dir}",
+            f"train_file={train_file}",
+            "eval_file=null",
+            f"output_dir={tmp_path / 'q'}",
+            "max_steps=2",
+        ],
+    )
     trainer = build_trainer(cfg)
     trainer.train()
     assert any("lora_" in k for k, _ in trainer.model.named_parameters())
@@ -331,10 +488,28 @@ def test_qlora_variant_on_gpu(tiny_qwen3_dir, train_file, tmp_path):
 def test_killed_run_resumes_from_its_checkpoint(tiny_qwen3_dir, train_file, tmp_path):
     out = tmp_path / "resume"
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(dict(
-        model=tiny_qwen3_dir, train_file=train_file, eval_file=None, output_dir=str(out), learning_rate=1e-3,
-        max_steps=40, per_device_train_batch_size=1, gradient_accumulation_steps=1, max_length=1024, dtype="float32",
-        gradient_checkpointing=False, logging_steps=1, save_steps=5, save_total_limit=10, lora_r=4, lora_alpha=8)))
+    cfg_path.write_text(
+        yaml.safe_dump(
+            dict(
+                model=tiny_qwen3_dir,
+                train_file=train_file,
+                eval_file=None,
+                output_dir=str(out),
+                learning_rate=1e-3,
+                max_steps=40,
+                per_device_train_batch_size=1,
+                gradient_accumulation_steps=1,
+                max_length=1024,
+                dtype="float32",
+                gradient_checkpointing=False,
+                logging_steps=1,
+                save_steps=5,
+                save_total_limit=10,
+                lora_r=4,
+                lora_alpha=8,
+            )
+        )
+    )
     cmd = [sys.executable, "-m", "memdistill.train.extractor", "--config", str(cfg_path)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240

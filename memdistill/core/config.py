@@ -59,8 +59,11 @@ def from_mapping(cls, data, where: str):
         raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(fields)})")
     hints = typing.get_type_hints(cls)
     values = {k: coerce(k, hints[k], v, where) for k, v in data.items()}
-    missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ConfigError(f"{where}: missing required key(s) {missing}")
     return cls(**values)
@@ -89,8 +92,13 @@ def key_help(cls) -> list[tuple[str, str, str, str]]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        default = (f.default if f.default is not dataclasses.MISSING
-                   else f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else f.default_factory()
+            if f.default_factory is not dataclasses.MISSING
+            else "(required)"
+        )
         tp = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
         out.append((f.name, tp, repr(default), comments.get(f.name, "")))
     return out
@@ -120,8 +128,11 @@ def load_config(cls, path=None, overrides=(), base: dict | None = None):
         if k not in fields:
             raise ConfigError(f"override {item!r}: unknown key {k!r} for {cls.__name__}")
         values[k] = coerce(k, hints[k], yaml.safe_load(raw) if raw.strip() else "", f"override {item!r}")
-    missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ConfigError(f"{path or 'config'}: missing required key(s) {missing} for {cls.__name__}")
     return cls(**values)
@@ -132,8 +143,12 @@ def job_config(cls, argv, prog: str, doc: str, config_required: bool = False):
     import argparse
 
     keys = "\n".join(f"  {k} ({tp}, default {d}){': ' + c if c else ''}" for k, tp, d, c in key_help(cls))
-    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=f"settings (YAML keys, or key=value on the command line):\n{keys}")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"settings (YAML keys, or key=value on the command line):\n{keys}",
+    )
     p.add_argument("--config", required=config_required)
     p.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
     a = p.parse_args(argv)

@@ -16,6 +16,7 @@ class Embedder:
 
     def __init__(self, model_dir: str | None = None):
         from sentence_transformers import SentenceTransformer
+
         self.model = SentenceTransformer(model_dir or model_path("embedded:minilm"), device="cpu")
         self.cache: dict[str, np.ndarray] = {}
 

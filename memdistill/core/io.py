@@ -107,6 +107,8 @@ def require_dataset(path, data_config: str) -> Path:
     """A training job's input file; missing, it is an error that names the build (jobs never start one)."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{p}: no such dataset; build it first with `memdistill data --config {data_config}` "
-                                f"(`make data` builds the default one)")
+        raise FileNotFoundError(
+            f"{p}: no such dataset; build it first with `memdistill data --config {data_config}` "
+            f"(`make data` builds the default one)"
+        )
     return p

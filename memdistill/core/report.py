@@ -8,8 +8,9 @@ from pathlib import Path
 
 
 def md_table(header: list, rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)] + \
-           ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows
+    ]
 
 
 def flat(d: dict, prefix: str = "") -> dict:
@@ -26,8 +27,10 @@ def flat(d: dict, prefix: str = "") -> dict:
 def pyplot():
     """matplotlib.pyplot on the Agg backend: jobs run on machines without a display."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -37,8 +40,9 @@ def save_figure(fig, path, dpi: int = 110) -> None:
     pyplot().close(fig)
 
 
-def draw_grouped_bars(ax, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05),
-                      rotation: int = 40) -> None:
+def draw_grouped_bars(
+    ax, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05), rotation: int = 40
+) -> None:
     """On one axis: a group of bars per column, one bar per series (e.g. per model or system)."""
     width = 0.8 / max(1, len(values))
     for k, (label, ys) in enumerate(values.items()):
@@ -51,8 +55,9 @@ def draw_grouped_bars(ax, values: dict[str, list[float]], columns: list[str], ti
     ax.legend(fontsize=8)
 
 
-def grouped_bars(path, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05),
-                 size=(10, 4)) -> None:
+def grouped_bars(
+    path, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05), size=(10, 4)
+) -> None:
     """A PNG with one group of bars per column, one bar per series."""
     fig, ax = pyplot().subplots(figsize=size)
     draw_grouped_bars(ax, values, columns, title, ylim)
@@ -80,6 +85,7 @@ def plot_loss(history: list[dict], path, title: str, ylabel: str = "loss") -> bo
 
 # --- model cards ----------------------------------------------------------------------------------
 
+
 def card_front_matter(tags: list[str]) -> list[str]:
     return ["---", "library_name: transformers", f"tags: [{', '.join(tags)}]", "---", ""]
 
@@ -93,12 +99,16 @@ def card_metrics(title: str | None, figures: dict) -> list[str]:
 def card_training(config: dict, summary: dict | None) -> list[str]:
     """The optimisation line and the run line every trained model's card carries."""
     c, s = config, summary or {}
-    lines = [f"- lr {c['learning_rate']}, epochs {c['num_train_epochs']}, batch {c['per_device_train_batch_size']} x "
-             f"accumulation {c['gradient_accumulation_steps']}, max length {c['max_length']}, dtype {c['dtype']}"]
+    lines = [
+        f"- lr {c['learning_rate']}, epochs {c['num_train_epochs']}, batch {c['per_device_train_batch_size']} x "
+        f"accumulation {c['gradient_accumulation_steps']}, max length {c['max_length']}, dtype {c['dtype']}"
+    ]
     if s:
-        lines.append(f"- run: {s.get('steps')} steps, loss {s.get('first_loss')} -> {s.get('final_loss')}, "
-                     f"{s.get('wall_time_s')} s wall, {s.get('tokens_per_s')} tokens/s, "
-                     f"peak memory {s.get('peak_memory_mb')} MB")
+        lines.append(
+            f"- run: {s.get('steps')} steps, loss {s.get('first_loss')} -> {s.get('final_loss')}, "
+            f"{s.get('wall_time_s')} s wall, {s.get('tokens_per_s')} tokens/s, "
+            f"peak memory {s.get('peak_memory_mb')} MB"
+        )
     return lines
 
 
@@ -115,6 +125,7 @@ def peak_memory_mb() -> float:
     import resource
 
     import torch
+
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -37,15 +37,26 @@ from memdistill.core.models import REPO
 from memdistill.core.report import md_table
 
 
-
 def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: int):
     from memdistill.core.config import load_config
     from memdistill.train.extractor import ExtractorConfig, build_trainer
 
-    cfg = load_config(ExtractorConfig, REPO / "configs/training/extractor_cpu.yaml", [
-        f"train_file={rows_file}", "eval_file=null", f"output_dir={out}", f"max_steps={steps}",
-        f"per_device_train_batch_size={batch}", "gradient_accumulation_steps=1", f"padding_free={str(padding_free).lower()}",
-        "save_steps=100000", "logging_steps=1", "max_length=null"])  # same untruncated rows in both
+    cfg = load_config(
+        ExtractorConfig,
+        REPO / "configs/training/extractor_cpu.yaml",
+        [
+            f"train_file={rows_file}",
+            "eval_file=null",
+            f"output_dir={out}",
+            f"max_steps={steps}",
+            f"per_device_train_batch_size={batch}",
+            "gradient_accumulation_steps=1",
+            f"padding_free={str(padding_free).lower()}",
+            "save_steps=100000",
+            "logging_steps=1",
+            "max_length=null",
+        ],
+    )  # same untruncated rows in both
     return build_trainer(cfg)
 
 
@@ -69,7 +80,7 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
     variants = ("padded", "padding-free", "padded, every position scored")
     totals = {v: [0.0, 0, 0] for v in variants}  # seconds, real tokens, padded slots
     for k in range(rounds):
-        for v in (variants if k % 2 == 0 else variants[::-1]):  # alternate order against drift
+        for v in variants if k % 2 == 0 else variants[::-1]:  # alternate order against drift
             pf = v == "padding-free"
             tr = _trainer(pf, str(rows_file), tmp / f"run-{k}-{variants.index(v)}", steps, batch)
             if v.endswith("scored"):
@@ -78,17 +89,30 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
             t0 = time.time()
             tr.train()
             dt = time.time() - t0
-            batches = [lengths[i:i + batch] for i in range(0, len(lengths), batch)][:steps]
+            batches = [lengths[i : i + batch] for i in range(0, len(lengths), batch)][:steps]
             real = sum(sum(b) for b in batches)
             slots = real if pf else sum(max(b) * len(b) for b in batches)
             for i, x in enumerate((dt, real, slots)):
                 totals[v][i] += x
-    out = [{"section": "training", "variant": v, "tokens_per_s": round(real / dt, 1),
-            "padding_share": round(1 - real / slots, 3), "seconds": round(dt, 1)} for v, (dt, real, slots) in totals.items()]
+    out = [
+        {
+            "section": "training",
+            "variant": v,
+            "tokens_per_s": round(real / dt, 1),
+            "padding_share": round(1 - real / slots, 3),
+            "seconds": round(dt, 1),
+        }
+        for v, (dt, real, slots) in totals.items()
+    ]
     tps = {r["variant"]: r["tokens_per_s"] for r in out}
     out.append(ratio("training", "padding-free / padded (tokens/s)", tps["padding-free"] / tps["padded"]))
-    out.append(ratio("training", "completion-only / every-position scoring (tokens/s)",
-                     tps["padded"] / tps["padded, every position scored"]))
+    out.append(
+        ratio(
+            "training",
+            "completion-only / every-position scoring (tokens/s)",
+            tps["padded"] / tps["padded, every position scored"],
+        )
+    )
     return out
 
 
@@ -97,31 +121,36 @@ def ratio(section: str, what: str, value: float, **extra) -> dict:
     return {"section": section, "variant": what, "ratio": round(value, 2), **extra}
 
 
-def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 192) -> list[dict]:
+def bench_serving(
+    requests: int = 16, concurrency: int = 8, max_tokens: int = 192, serve_config: str = "configs/serving/cpu.yaml"
+) -> list[dict]:
     """The same windows, greedy, same max_tokens: vLLM unconstrained, vLLM with the window's decoding
     schema (what the SDK sends), and HF `generate` (unconstrained) in process."""
     import statistics
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from memdistill.eval.extractor import EvalConfig, test_items
-    from memdistill.eval.generate import HFGenerator
     from memdistill.core.config import load_config
+    from memdistill.eval.extractor import EvalConfig, test_items
+    from memdistill.eval.generate import HFGenerator, private_serve_config
+    from memdistill.serve.client import MemoryModels
+    from memdistill.serve.server import Servers
     from memdistill.spec import extraction
     from memdistill.spec.render import prompt_ids
-    from memdistill.serve.client import MemoryModels
-    from memdistill.serve.server import Servers, ServeConfig, free_port
 
-    seed, wins, _ = test_items(load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"]))
-    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}", "max_model_len=4096"])
+    seed, wins, _ = test_items(
+        load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"])
+    )
+    cfg = private_serve_config(serve_config, max_model_len=4096)
     rows = []
     with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
         model = servers.model
         for structured in (False, True):
-            mm = MemoryModels(f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0,
-                              structured=structured)
+            mm = MemoryModels(
+                f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0, structured=structured
+            )
 
-            def one(w):
+            def one(w, mm=mm):
                 t = time.time()
                 try:
                     _, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
@@ -135,27 +164,52 @@ def bench_serving(requests: int = 16, concurrency: int = 8, max_tokens: int = 19
             served_s = time.time() - t0
             lat = sorted(d[0] for d in done)
             out_tokens = sum(d[1] for d in done)
-            rows.append({"section": "serving", "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, "
-                                                          f"{concurrency} concurrent",
-                         "windows_per_s": round(len(wins) / served_s, 3), "output_tokens_per_s": round(out_tokens / served_s, 1),
-                         "p50_s": round(statistics.median(lat), 2), "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
-                         "errors": sum(d[2] is not None for d in done), "output_tokens": out_tokens})
+            rows.append(
+                {
+                    "section": "serving",
+                    "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, {concurrency} concurrent",
+                    "windows_per_s": round(len(wins) / served_s, 3),
+                    "output_tokens_per_s": round(out_tokens / served_s, 1),
+                    "p50_s": round(statistics.median(lat), 2),
+                    "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
+                    "errors": sum(d[2] is not None for d in done),
+                    "output_tokens": out_tokens,
+                }
+            )
     gen = HFGenerator(model)
     t0 = time.time()
     outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=max_tokens, batch_size=concurrency)
     hf_s = time.time() - t0
     hf_tokens = sum(o.output_tokens for o in outs)
-    rows.append({"section": "serving", "variant": f"HF generate unconstrained, batch {concurrency}",
-                 "windows_per_s": round(len(wins) / hf_s, 3), "output_tokens_per_s": round(hf_tokens / hf_s, 1),
-                 "output_tokens": hf_tokens})
+    rows.append(
+        {
+            "section": "serving",
+            "variant": f"HF generate unconstrained, batch {concurrency}",
+            "windows_per_s": round(len(wins) / hf_s, 3),
+            "output_tokens_per_s": round(hf_tokens / hf_s, 1),
+            "output_tokens": hf_tokens,
+        }
+    )
     vllm, schema, hf = rows
-    rows.append(ratio("serving", "vLLM / HF generate (output tokens/s, unconstrained)",
-                      vllm["output_tokens_per_s"] / hf["output_tokens_per_s"]))
-    rows.append(ratio("serving", "window schema / unconstrained on vLLM (output tokens/s)",
-                      schema["output_tokens_per_s"] / vllm["output_tokens_per_s"]))
+    rows.append(
+        ratio(
+            "serving",
+            "vLLM / HF generate (output tokens/s, unconstrained)",
+            vllm["output_tokens_per_s"] / hf["output_tokens_per_s"],
+        )
+    )
+    rows.append(
+        ratio(
+            "serving",
+            "window schema / unconstrained on vLLM (output tokens/s)",
+            schema["output_tokens_per_s"] / vllm["output_tokens_per_s"],
+        )
+    )
     student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w))) for w in wins)
-    teacher = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(
-        w, "teacher", seed.conversations[w.conversation_id].style))) for w in wins)
+    teacher = statistics.mean(
+        len(prompt_ids(gen.tok, extraction.chat_messages(w, "teacher", seed.conversations[w.conversation_id].style)))
+        for w in wins
+    )
     rows.append({"section": "serving", "variant": "prompt tokens/window: student", "tokens": round(student, 1)})
     rows.append({"section": "serving", "variant": "prompt tokens/window: teacher", "tokens": round(teacher, 1)})
     rows.append(ratio("serving", "student / teacher prompt tokens per window", student / teacher))
@@ -172,14 +226,19 @@ def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 
     from memdistill.data.teacher import Teacher, settings_from_dict
     from memdistill.serve.server import free_port
 
-    convs = label.load_sources([{"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed"}])
+    convs = label.load_sources(
+        [{"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed"}]
+    )
     items = label.extraction_items(convs, {"multi-party": [[25, 5]], "user-assistant": [[15, 3]]})[:n_windows]
     for it in items:
         it.key = label.item_key(it, "fake-teacher")
     # The fake teacher runs in its own process, as a real teacher would: its CPU does not count against the client.
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "memdistill.data.fake_teacher", "--port", str(port), "--latency", str(latency)],
-                              cwd=REPO, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "memdistill.data.fake_teacher", "--port", str(port), "--latency", str(latency)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     rows = []
     try:
@@ -191,41 +250,59 @@ def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 
                 time.sleep(0.1)
         for c in levels:
             tmp = Path(tempfile.mkdtemp(prefix=f"bench-teacher-{c}-"))  # empty cache and labels: every window is asked
-            settings = settings_from_dict({"base_urls": [url], "model": "fake-teacher", "concurrency": c, "timeout_s": 60})
+            settings = settings_from_dict(
+                {"base_urls": [url], "model": "fake-teacher", "concurrency": c, "timeout_s": 60}
+            )
 
-            async def run():
+            async def run(settings=settings, tmp=tmp):
                 async with Teacher(settings, tmp / "cache") as t:
                     return await label.run_job(items, t, tmp / "extraction", progress=False)
+
             t0 = time.time()
             _, summary = asyncio.run(run())
             dt = time.time() - t0
             assert summary["ok"] == len(items) == summary["this_run"]["requests"], summary
-            rows.append({"section": "teacher", "variant": f"concurrency {c}", "windows_per_s": round(len(items) / dt, 2),
-                         "seconds": round(dt, 2), "latency_s": latency, "windows": len(items)})
+            rows.append(
+                {
+                    "section": "teacher",
+                    "variant": f"concurrency {c}",
+                    "windows_per_s": round(len(items) / dt, 2),
+                    "seconds": round(dt, 2),
+                    "latency_s": latency,
+                    "windows": len(items),
+                }
+            )
     finally:
         server.terminate()
         server.wait()
     for r, c in zip(rows, levels):
         r["speedup"] = round(r["windows_per_s"] / rows[0]["windows_per_s"], 2)
         r["ideal"] = min(c, len(items))
-    return rows + [ratio("teacher", f"speed-up at concurrency {r['variant'].split()[-1]} over 1", r["speedup"],
-                         ideal=r["ideal"]) for r in rows[1:]]
+    return rows + [
+        ratio("teacher", f"speed-up at concurrency {r['variant'].split()[-1]} over 1", r["speedup"], ideal=r["ideal"])
+        for r in rows[1:]
+    ]
 
 
-def bench_encoders(n: int = 32, rounds: int = 2) -> list[dict]:
+def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/serving/cpu.yaml") -> list[dict]:
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from memdistill.core.config import load_config
+    from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
-    from memdistill.serve.server import Servers, ServeConfig, free_port
+    from memdistill.serve.server import Servers, free_port
     from memdistill.train.encoder import complexity_of
 
-    cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", ["gate=null"])
+    cfg = private_serve_config(serve_config, overrides=["gate=null"])
     missing = [name for name in ("router", "planner") if not (Path(getattr(cfg, name)) / "config.json").exists()]
     if missing:  # reported, not faked: the other sections still run
-        return [{"section": "encoders", "variant": f"not measured: no trained {' / '.join(missing)} "
-                                                   f"(make {' '.join('train-' + m for m in missing)})"}]
+        return [
+            {
+                "section": "encoders",
+                "variant": f"not measured: no trained {' / '.join(missing)} "
+                f"(make {' '.join('train-' + m for m in missing)})",
+            }
+        ]
     read = lambda t: [json.loads(x)["text"] for x in (REPO / f"data/built/{t}/test.jsonl").read_text().splitlines()]  # noqa: E731
     texts = {"router": (read("router") * 2)[:n], "planner": (read("planner") * 2)[:n]}
 
@@ -238,32 +315,50 @@ def bench_encoders(n: int = 32, rounds: int = 2) -> list[dict]:
         return (time.time() - t0) / (rounds * n)
 
     per: dict = {}
-    enc_cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml",
-                          ["serve_extractor=false", "gate=null", f"encoder_port={free_port()}"])
+    enc_cfg = private_serve_config(
+        serve_config, overrides=["serve_extractor=false", "gate=null", f"encoder_port={free_port()}"]
+    )
     with Servers(enc_cfg, log_dir=tempfile.mkdtemp(prefix="bench-enc-"), encoders=True) as servers:
-        mm = MemoryModels(None, router_url=servers.encoder_urls["router"], planner_url=servers.encoder_urls["planner"],
-                          timeout=600, max_retries=0)
+        mm = MemoryModels(
+            None,
+            router_url=servers.encoder_urls["router"],
+            planner_url=servers.encoder_urls["planner"],
+            timeout=600,
+            max_retries=0,
+        )
         mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
         for b in (1, 32):
-            per["router", "encoder", b] = timed(lambda i, b: mm.classify_types(texts["router"][i:i + b]), b)
-            per["planner", "encoder", b] = timed(lambda i, b: [complexity_of(p) for p in
-                                                               mm.classify("planner", texts["planner"][i:i + b])], b)
-    lm_cfg = load_config(ServeConfig, REPO / "configs/serving/cpu.yaml", [f"port={free_port()}"])
+            per["router", "encoder", b] = timed(lambda i, b: mm.classify_types(texts["router"][i : i + b]), b)
+            per["planner", "encoder", b] = timed(
+                lambda i, b: [complexity_of(p) for p in mm.classify("planner", texts["planner"][i : i + b])], b
+            )
+    lm_cfg = private_serve_config(serve_config)
     with Servers(lm_cfg, log_dir=tempfile.mkdtemp(prefix="bench-lm-")) as servers:
         mm = MemoryModels(f"{servers.urls[0]}/v1", timeout=600, max_retries=0, max_concurrency=32)
         mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
         model = servers.model
         with ThreadPoolExecutor(32) as pool:
             for b in (1, 32):
-                per["router", "LM", b] = timed(lambda i, b: mm.classify_types(texts["router"][i:i + b]), b)
-                per["planner", "LM", b] = timed(lambda i, b: list(pool.map(mm.plan, texts["planner"][i:i + b])), b)
+                per["router", "LM", b] = timed(lambda i, b: mm.classify_types(texts["router"][i : i + b]), b)
+                per["planner", "LM", b] = timed(lambda i, b: list(pool.map(mm.plan, texts["planner"][i : i + b])), b)
     rows = []
     for task in ("router", "planner"):
         for b in (1, 32):
             e, lm = per[task, "encoder", b], per[task, "LM", b]
-            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: /classify", "ms_per_decision": round(1000 * e, 2)})
-            rows.append({"section": "encoders", "variant": f"{task}, batch {b}: LM chat ({Path(model).name})",
-                         "ms_per_decision": round(1000 * lm, 2)})
+            rows.append(
+                {
+                    "section": "encoders",
+                    "variant": f"{task}, batch {b}: /classify",
+                    "ms_per_decision": round(1000 * e, 2),
+                }
+            )
+            rows.append(
+                {
+                    "section": "encoders",
+                    "variant": f"{task}, batch {b}: LM chat ({Path(model).name})",
+                    "ms_per_decision": round(1000 * lm, 2),
+                }
+            )
             rows.append(ratio("encoders", f"{task}, batch {b}: LM / encoder (ms per decision)", lm / e))
     return rows
 
@@ -276,10 +371,20 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="*", default=list(SECTIONS), choices=list(SECTIONS))
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--out", default="runs/bench")
+    p.add_argument(
+        "--serve-config",
+        default="configs/serving/cpu.yaml",
+        help="how the serving and encoders sections start vLLM (configs/serving/gpu.yaml on GPUs)",
+    )
     a = p.parse_args(argv)
     results = []
+    options = {
+        "training": {"steps": a.steps},
+        "serving": {"serve_config": a.serve_config},
+        "encoders": {"serve_config": a.serve_config},
+    }
     for name in a.sections:
-        results += SECTIONS[name](steps=a.steps) if name == "training" else SECTIONS[name]()
+        results += SECTIONS[name](**options.get(name, {}))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(results, indent=1))
@@ -288,8 +393,12 @@ def main(argv=None) -> int:
     for name in a.sections:
         rows = [r for r in results if r["section"] == name and "ratio" not in r]
         parts += [f"## {name}", "", markdown_table(rows), ""]
-    parts += ["## ratios (each measured side by side in this run)", "",
-              markdown_table([r for r in results if "ratio" in r]), ""]
+    parts += [
+        "## ratios (each measured side by side in this run)",
+        "",
+        markdown_table([r for r in results if "ratio" in r]),
+        "",
+    ]
     text = "\n".join(parts)
     (out / "bench.md").write_text(text)
     print(text)

@@ -34,17 +34,23 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from memdistill.core.config import ConfigError, job_config
+from memdistill.core.report import md_table, print_report, pyplot, save_figure
 from memdistill.data.questions import Question, load_questions
 from memdistill.metrics.recall import RecallScores, TokenCounter
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime, hooks_from_models
-from memdistill.core.config import ConfigError, job_config
-from memdistill.core.report import md_table, print_report, pyplot, save_figure
 from memdistill.spec import qa
 from memdistill.spec.dialogue import WINDOW_PRESETS, windows
 from memdistill.spec.query_parse import QueryAnalysis
 
-VARIANTS = {"question": (None, False), "question+route": (None, True), "gold": ("gold", False),
-            "gold+route": ("gold", True), "model": ("model", False), "model+route": ("model", True)}
+VARIANTS = {
+    "question": (None, False),
+    "question+route": (None, True),
+    "gold": ("gold", False),
+    "gold+route": ("gold", True),
+    "model": ("model", False),
+    "model+route": ("model", True),
+}
 
 
 @dataclass
@@ -103,8 +109,19 @@ def _append(path: Path, rows: list[dict]) -> None:
 
 
 # what the cached banks, queries and answers of a run directory depend on
-RESUME_KEYS = ("dataset", "data_path", "split", "include_adversarial", "max_conversations", "max_questions", "windows",
-               "max_new_tokens", "structured", "qa", "judge")
+RESUME_KEYS = (
+    "dataset",
+    "data_path",
+    "split",
+    "include_adversarial",
+    "max_conversations",
+    "max_questions",
+    "windows",
+    "max_new_tokens",
+    "structured",
+    "qa",
+    "judge",
+)
 
 
 def check_resume(run_dir: Path, cfg: E2EConfig) -> None:
@@ -113,10 +130,17 @@ def check_resume(run_dir: Path, cfg: E2EConfig) -> None:
     f = run_dir / "config.json"
     if f.exists():
         had = json.loads(f.read_text())
-        changed = [k for k in RESUME_KEYS if k in had and json.dumps(had[k], sort_keys=True) != json.dumps(want[k], sort_keys=True)]
+        changed = [
+            k
+            for k in RESUME_KEYS
+            if k in had and json.dumps(had[k], sort_keys=True) != json.dumps(want[k], sort_keys=True)
+        ]
         if changed:
-            raise ConfigError(f"run_dir={run_dir} was made with other " + ", ".join(
-                f"{k} ({had[k]!r}, now {want[k]!r})" for k in changed) + ": start a new run, or set them back")
+            raise ConfigError(
+                f"run_dir={run_dir} was made with other "
+                + ", ".join(f"{k} ({had[k]!r}, now {want[k]!r})" for k in changed)
+                + ": start a new run, or set them back"
+            )
     f.write_text(json.dumps(want, indent=1))
 
 
@@ -161,8 +185,12 @@ class Endpoint:
         self.model, self.max_tokens = d["model"], d.get("max_tokens", default_max_tokens)
         self.structured, self.template_kwargs = d.get("structured", True), d.get("template_kwargs", True)
         self.concurrency = d.get("concurrency", 4)
-        self.client = openai.OpenAI(base_url=d["base_url"], api_key=_api_key(d.get("api_key_env"), f"{where}.api_key_env")
-                                    or "EMPTY", timeout=d.get("timeout", 300), max_retries=2)
+        self.client = openai.OpenAI(
+            base_url=d["base_url"],
+            api_key=_api_key(d.get("api_key_env"), f"{where}.api_key_env") or "EMPTY",
+            timeout=d.get("timeout", 300),
+            max_retries=2,
+        )
 
     def chat(self, messages: list[dict], schema: dict, name: str) -> tuple[str, int]:
         from memdistill.spec.request import chat_request
@@ -175,6 +203,7 @@ class Endpoint:
 
 
 # --- building banks -----------------------------------------------------------------------------
+
 
 def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path) -> tuple[MemoryBank, dict]:
     """Extract every window; each finished chunk of windows is appended to `partial`, so a killed run
@@ -196,14 +225,20 @@ def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path) -> 
             if i in done:
                 continue
             t0 = time.time()
-            res = mm.extract(wins[i:i + step])
+            res = mm.extract(wins[i : i + step])
             problems: dict = {}
             for _, p in res.problems:
                 problems[p.code] = problems.get(p.code, 0) + 1
-            done[i] = {"start": i, "of": len(wins), "windows": len(wins[i:i + step]),
-                       "items": [it.to_json() for it in MemoryBank.from_extracted(res.memories).items],
-                       "problems": problems, "prompt_tokens": res.prompt_tokens,
-                       "completion_tokens": res.completion_tokens, "seconds": time.time() - t0}
+            done[i] = {
+                "start": i,
+                "of": len(wins),
+                "windows": len(wins[i : i + step]),
+                "items": [it.to_json() for it in MemoryBank.from_extracted(res.memories).items],
+                "problems": problems,
+                "prompt_tokens": res.prompt_tokens,
+                "completion_tokens": res.completion_tokens,
+                "seconds": time.time() - t0,
+            }
             _append(partial, [done[i]])
             bar.update(done[i]["windows"])
     chunks = [done[i] for i in sorted(done)]
@@ -212,18 +247,25 @@ def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path) -> 
         for code, n in r["problems"].items():
             problems[code] = problems.get(code, 0) + n
     items = [MemoryItem.from_json(row, f"{partial} chunk {r['start']}") for r in chunks for row in r["items"]]
-    stats = {"windows": len(wins), "records": len(items), "problems": problems,
-             "prompt_tokens": sum(r["prompt_tokens"] for r in chunks),
-             "completion_tokens": sum(r["completion_tokens"] for r in chunks),
-             "extraction_seconds": round(sum(r["seconds"] for r in chunks), 1)}
+    stats = {
+        "windows": len(wins),
+        "records": len(items),
+        "problems": problems,
+        "prompt_tokens": sum(r["prompt_tokens"] for r in chunks),
+        "completion_tokens": sum(r["completion_tokens"] for r in chunks),
+        "extraction_seconds": round(sum(r["seconds"] for r in chunks), 1),
+    }
     return MemoryBank(items), stats
 
 
 def parse_queries(mm, questions: list[Question], label: str, concurrency: int) -> list[dict]:
     def one(q):
         res = mm.parse_query(q.question, q.question_date)
-        return {"question_id": q.question_id, "query": res.query.model_dump() if res.ok else None,
-                "problems": [p.code for p in res.problems]}
+        return {
+            "question_id": q.question_id,
+            "query": res.query.model_dump() if res.ok else None,
+            "problems": [p.code for p in res.problems],
+        }
 
     with ThreadPoolExecutor(concurrency) as pool:
         return list(tqdm(pool.map(one, questions), total=len(questions), desc=f"parse queries {label}", unit="q"))
@@ -234,14 +276,20 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
     from memdistill.serve.client import MemoryModels
 
     kind, slug = bank_kind(spec), _slug(label)
-    bank_file, stats_file, query_file = run / "banks" / f"{slug}.jsonl", run / "banks" / f"{slug}.json", run / "queries" / f"{slug}.jsonl"
+    bank_file, stats_file, query_file = (
+        run / "banks" / f"{slug}.jsonl",
+        run / "banks" / f"{slug}.json",
+        run / "queries" / f"{slug}.jsonl",
+    )
     if kind == "gold":
         if seed is None:
             raise ConfigError("bank 'gold' needs dataset=seed (only the seed corpus has gold records)")
         bank = MemoryBank.from_seed(seed, convs)
         return bank, {"records": len(bank)}, None
     if kind == "records":
-        bank = MemoryBank([it for it in MemoryBank.from_jsonl(spec.split(":", 1)[1]).items if it.conversation_id in convs])
+        bank = MemoryBank(
+            [it for it in MemoryBank.from_jsonl(spec.split(":", 1)[1]).items if it.conversation_id in convs]
+        )
         return bank, {"records": len(bank)}, None
     have_bank = bank_file.exists() and stats_file.exists()
     have_queries = query_file.exists() or not want_queries
@@ -249,6 +297,7 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
     stats = json.loads(stats_file.read_text()) if have_bank else None
     queries = _jsonl(query_file) if query_file.exists() else None
     if not (have_bank and have_queries):
+
         def work(mm):
             nonlocal bank, stats, queries
             if not have_bank:
@@ -261,33 +310,57 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
                 queries = parse_queries(mm, questions, label, cfg.concurrency)
                 _append(query_file, queries)
 
-        opts = dict(structured=cfg.structured, timeout=1800, max_retries=1, max_concurrency=cfg.concurrency,
-                    max_tokens=cfg.max_new_tokens)
+        opts = dict(
+            structured=cfg.structured,
+            timeout=1800,
+            max_retries=1,
+            max_concurrency=cfg.concurrency,
+            max_tokens=cfg.max_new_tokens,
+        )
         if kind == "url":
             work(MemoryModels(spec, api_key=_api_key(cfg.api_key_env, "api_key_env"), **opts))
         else:
             from memdistill.eval.generate import VLLMGenerator
-            with VLLMGenerator(spec, cfg.structured, cfg.concurrency, cfg.max_model_len, cfg.serve_config,
-                               cfg.serve_overrides) as gen:
+
+            with VLLMGenerator(
+                spec, cfg.structured, cfg.concurrency, cfg.max_model_len, cfg.serve_config, cfg.serve_overrides
+            ) as gen:
                 work(MemoryModels([f"{u}/v1" for u in gen.servers.urls], **opts))
     return bank, stats, {r["question_id"]: r for r in queries} if queries is not None else None
 
 
 # --- answering and judging ----------------------------------------------------------------------
 
-def answer_and_judge(qa_mm, judge_mm, items: list[tuple[str, str, Question, str]], done: dict, out: Path,
-                     concurrency: int) -> None:
+
+def answer_and_judge(
+    qa_mm, judge_mm, items: list[tuple[str, str, Question, str]], done: dict, out: Path, concurrency: int
+) -> None:
     """items: (bank label, variant, question, context). Appends to qa.jsonl; `done` holds earlier rows."""
+
     def one(item):
         label, variant, q, context = item
-        raw_answer, pt = qa_mm.chat(qa.answer_messages(q.question, q.question_date, context), qa.answer_schema(), "answer")
+        raw_answer, pt = qa_mm.chat(
+            qa.answer_messages(q.question, q.question_date, context), qa.answer_schema(), "answer"
+        )
         ans = qa.parse_answer(raw_answer)
-        raw_verdict, _ = judge_mm.chat(qa.judge_messages(q.question, q.answer, ans.answer or "", q.category,
-                                                            q.question_id), qa.judge_schema(), "verdict")
+        raw_verdict, _ = judge_mm.chat(
+            qa.judge_messages(q.question, q.answer, ans.answer or "", q.category, q.question_id),
+            qa.judge_schema(),
+            "verdict",
+        )
         v = qa.parse_verdict(raw_verdict)
-        return {"bank": label, "variant": variant, "question_id": q.question_id, "category": q.category,
-                "answer": ans.answer, "answer_problems": [p.code for p in ans.problems], "qa_prompt_tokens": pt,
-                "raw_verdict": raw_verdict, "correct": v.correct, "verdict_problems": [p.code for p in v.problems]}
+        return {
+            "bank": label,
+            "variant": variant,
+            "question_id": q.question_id,
+            "category": q.category,
+            "answer": ans.answer,
+            "answer_problems": [p.code for p in ans.problems],
+            "qa_prompt_tokens": pt,
+            "raw_verdict": raw_verdict,
+            "correct": v.correct,
+            "verdict_problems": [p.code for p in v.problems],
+        }
 
     todo = [it for it in items if (it[0], it[1], it[2].question_id) not in done]
     with ThreadPoolExecutor(concurrency) as pool:
@@ -299,8 +372,12 @@ def answer_and_judge(qa_mm, judge_mm, items: list[tuple[str, str, Question, str]
 def qa_summary(rows: list[dict]) -> dict:
     def acc(rs):
         judged = [r for r in rs if r["correct"] is not None]
-        return {"questions": len(rs), "judged": len(judged),
-                "accuracy": round(sum(r["correct"] for r in judged) / len(rs), 4) if rs else 0.0}
+        return {
+            "questions": len(rs),
+            "judged": len(judged),
+            "accuracy": round(sum(r["correct"] for r in judged) / len(rs), 4) if rs else 0.0,
+        }
+
     cats = sorted({r["category"] for r in rows})
     return {"overall": acc(rows), "by_category": {c: acc([r for r in rows if r["category"] == c]) for c in cats}}
 
@@ -315,12 +392,17 @@ def _query_for(q: Question, source: str | None, model_queries: dict | None) -> Q
 
 # --- the job ------------------------------------------------------------------------------------
 
+
 def run(cfg: E2EConfig) -> Path:
     unknown = [v for v in cfg.variants if v not in VARIANTS]
     if unknown:
         raise ConfigError(f"variants: unknown {unknown}; expected any of {', '.join(VARIANTS)}")
-    labels = cfg.labels or [b if bank_kind(b) != "model" else (b.split(":", 1)[1] + " (base)" if b.startswith("embedded:")
-                                                               else Path(b).name) for b in cfg.banks]
+    labels = cfg.labels or [
+        b
+        if bank_kind(b) != "model"
+        else (b.split(":", 1)[1] + " (base)" if b.startswith("embedded:") else Path(b).name)
+        for b in cfg.banks
+    ]
     if len(labels) != len(cfg.banks):
         raise ConfigError(f"labels: {len(labels)} labels for {len(cfg.banks)} banks")
     qa_mm = Endpoint(cfg.qa, "qa", 256) if cfg.qa else None
@@ -346,20 +428,28 @@ def run(cfg: E2EConfig) -> Path:
     for sub in ("banks", "queries"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     check_resume(run_dir, cfg)
-    print(f"[eval-e2e] {len(questions)} questions over {len(convs)} conversations; run directory {run_dir} "
-          f"(resume with run_dir={run_dir})", file=sys.stderr)
+    print(
+        f"[eval-e2e] {len(questions)} questions over {len(convs)} conversations; run directory {run_dir} "
+        f"(resume with run_dir={run_dir})",
+        file=sys.stderr,
+    )
 
     from memdistill.core.embedder import Embedder
     from memdistill.core.models import model_path
+
     embed, count = Embedder(model_path(cfg.embedding_model)), TokenCounter(cfg.token_counter)
     hooks = {}
     if cfg.hooks:
         from memdistill.serve.client import MemoryModels
-        hooks = hooks_from_models(MemoryModels(cfg.hooks_url, api_key=_api_key(cfg.api_key_env, "api_key_env"),
-                                       **cfg.hooks_options), cfg.hooks)
+
+        hooks = hooks_from_models(
+            MemoryModels(cfg.hooks_url, api_key=_api_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options),
+            cfg.hooks,
+        )
     query_mm = None
     if cfg.query_url:
         from memdistill.serve.client import MemoryModels
+
         query_mm = MemoryModels(cfg.query_url, api_key=_api_key(cfg.api_key_env, "api_key_env"))
 
     wants_model = any(VARIANTS[v][0] == "model" for v in cfg.variants)
@@ -370,15 +460,17 @@ def run(cfg: E2EConfig) -> Path:
         if kind == "model" and not _model_available(spec):
             skipped.append(f"{label}: {spec} does not exist (not trained or merged yet)")
             continue
-        bank, stats, model_queries = build_bank(spec, label, cfg, convs, questions, seed, run_dir,
-                                                wants_model and kind in ("model", "url"))
+        bank, stats, model_queries = build_bank(
+            spec, label, cfg, convs, questions, seed, run_dir, wants_model and kind in ("model", "url")
+        )
         if model_queries is None and wants_model and query_mm is not None:
             qfile = run_dir / "queries" / "query-url.jsonl"
             if not qfile.exists():
                 _append(qfile, parse_queries(query_mm, questions, "query_url", cfg.concurrency))
             model_queries = {r["question_id"]: r for r in _jsonl(qfile)}
-        rt = MemoryRuntime(bank, embed, cfg.top_k, cfg.rrf_k, cfg.dim_weight, budget=cfg.budget,
-                           conversations=convs, **hooks)
+        rt = MemoryRuntime(
+            bank, embed, cfg.top_k, cfg.rrf_k, cfg.dim_weight, budget=cfg.budget, conversations=convs, **hooks
+        )
         results[label] = {"bank": spec, "stats": stats, "variants": {}}
         for variant in cfg.variants:
             source, route = VARIANTS[variant]
@@ -389,8 +481,9 @@ def run(cfg: E2EConfig) -> Path:
                 skipped.append(f"{label} / {variant}: no query parser for this bank (set query_url)")
                 continue
             scores, items = RecallScores(cfg.ks), []
-            embed([x.query_anchor if (x := _query_for(q, source, model_queries)) else q.question
-                   for q in questions])  # one batch fills the embedding cache
+            embed(
+                [x.query_anchor if (x := _query_for(q, source, model_queries)) else q.question for q in questions]
+            )  # one batch fills the embedding cache
             for q in tqdm(questions, desc=f"recall {label} / {variant}", unit="q", leave=False):
                 query = _query_for(q, source, model_queries)
                 rec = rt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
@@ -399,25 +492,46 @@ def run(cfg: E2EConfig) -> Path:
                 # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
                 tokens_at = {k: count(rt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
                 row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
-                per_question.append({"bank": label, "variant": variant, **row,
-                                     "ranked_turns": [h.item.turn_id for h in rec.hits[:max(cfg.ks)]],
-                                     "evidence_turns": q.evidence, "complexity": rec.complexity, "budget": rec.budget,
-                                     "notes": rec.notes})
+                per_question.append(
+                    {
+                        "bank": label,
+                        "variant": variant,
+                        **row,
+                        "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
+                        "evidence_turns": q.evidence,
+                        "complexity": rec.complexity,
+                        "budget": rec.budget,
+                        "notes": rec.notes,
+                    }
+                )
                 if qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
                     items.append((label, variant, q, context))
             results[label]["variants"][variant] = {"recall": scores.summary()}
             if items:
                 answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
                 results[label]["variants"][variant]["qa"] = qa_summary(
-                    [qa_done[(label, variant, q.question_id)] for _, _, q, _ in items])
+                    [qa_done[(label, variant, q.question_id)] for _, _, q, _ in items]
+                )
 
-    meta = {"dataset": cfg.dataset, "data_path": cfg.data_path, "split": cfg.split, "questions": len(questions),
-            "conversations": len(convs), "ks": cfg.ks, "budget": cfg.budget, "top_k": cfg.top_k, "rrf_k": cfg.rrf_k,
-            "dim_weight": cfg.dim_weight, "token_counter": cfg.token_counter, "hooks": cfg.hooks,
-            "assistant_context": cfg.assistant_context,
-            "skipped": skipped, "data_notes": notes,
-            "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
-            "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None}
+    meta = {
+        "dataset": cfg.dataset,
+        "data_path": cfg.data_path,
+        "split": cfg.split,
+        "questions": len(questions),
+        "conversations": len(convs),
+        "ks": cfg.ks,
+        "budget": cfg.budget,
+        "top_k": cfg.top_k,
+        "rrf_k": cfg.rrf_k,
+        "dim_weight": cfg.dim_weight,
+        "token_counter": cfg.token_counter,
+        "hooks": cfg.hooks,
+        "assistant_context": cfg.assistant_context,
+        "skipped": skipped,
+        "data_notes": notes,
+        "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
+        "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None,
+    }
     (run_dir / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (run_dir / "per_question.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in per_question))
     write_report(run_dir, meta, results)
@@ -426,41 +540,77 @@ def run(cfg: E2EConfig) -> Path:
 
 # --- report -------------------------------------------------------------------------------------
 
+
 def write_report(out: Path, meta: dict, results: dict) -> None:
     plt = pyplot()
     ks = meta["ks"]
     where = meta["data_path"] + (f" ({meta['split']} split)" if meta["dataset"] == "seed" else "")
-    lines = [f"# End-to-end memory evaluation: {meta['dataset']} {where}", "",
-             f"{meta['questions']} questions over {meta['conversations']} conversations. Runtime: BM25 + dense "
-             f"MiniLM (+ dimension route), {meta['top_k']} candidates per route, reciprocal-rank fusion "
-             f"(rrf_k={meta['rrf_k']}, dimension weight {meta['dim_weight']}); the answer model reads the top "
-             f"{meta['budget']}" + (f" (hooks: {', '.join(meta['hooks'])})" if meta["hooks"] else "") + ".",
-             "Evidence recall@k: share of a question's evidence turns that are the source turn of one of the top-k "
-             "records; hit@k: at least one is. Tokens: the rendered memory context, counted with the "
-             f"{meta['token_counter']} tokenizer" + (
-                 "; with a parsed query that asks what the assistant said, each memory carries the assistant reply "
-                 "its source turn led to (DimMem's assistant-context recall), which the count includes."
-                 if meta["assistant_context"] else "."), ""]
+    lines = [
+        f"# End-to-end memory evaluation: {meta['dataset']} {where}",
+        "",
+        f"{meta['questions']} questions over {meta['conversations']} conversations. Runtime: BM25 + dense "
+        f"MiniLM (+ dimension route), {meta['top_k']} candidates per route, reciprocal-rank fusion "
+        f"(rrf_k={meta['rrf_k']}, dimension weight {meta['dim_weight']}); the answer model reads the top "
+        f"{meta['budget']}" + (f" (hooks: {', '.join(meta['hooks'])})" if meta["hooks"] else "") + ".",
+        "Evidence recall@k: share of a question's evidence turns that are the source turn of one of the top-k "
+        "records; hit@k: at least one is. Tokens: the rendered memory context, counted with the "
+        f"{meta['token_counter']} tokenizer"
+        + (
+            "; with a parsed query that asks what the assistant said, each memory carries the assistant reply "
+            "its source turn led to (DimMem's assistant-context recall), which the count includes."
+            if meta["assistant_context"]
+            else "."
+        ),
+        "",
+    ]
     lines += ["## Memory banks", ""]
-    lines += md_table(["bank", "source", "records", "windows", "extraction s", "prompt tok", "output tok", "top problems"],
-                    [[label, r["bank"], r["stats"].get("records", ""), r["stats"].get("windows", "-"),
-                      r["stats"].get("extraction_seconds", "-"), r["stats"].get("prompt_tokens", "-"),
-                      r["stats"].get("completion_tokens", "-"),
-                      ", ".join(f"{k} {v}" for k, v in sorted(r["stats"].get("problems", {}).items(),
-                                                                 key=lambda x: -x[1])[:3]) or "-"]
-                     for label, r in results.items()])
+    lines += md_table(
+        ["bank", "source", "records", "windows", "extraction s", "prompt tok", "output tok", "top problems"],
+        [
+            [
+                label,
+                r["bank"],
+                r["stats"].get("records", ""),
+                r["stats"].get("windows", "-"),
+                r["stats"].get("extraction_seconds", "-"),
+                r["stats"].get("prompt_tokens", "-"),
+                r["stats"].get("completion_tokens", "-"),
+                ", ".join(
+                    f"{k} {v}" for k, v in sorted(r["stats"].get("problems", {}).items(), key=lambda x: -x[1])[:3]
+                )
+                or "-",
+            ]
+            for label, r in results.items()
+        ],
+    )
     lines += ["", "## Evidence recall and tokens per query", ""]
     rows = []
     for label, r in results.items():
         for variant, v in r["variants"].items():
             o = v["recall"]["overall"]
-            rows.append([label, variant] + [o[f"recall@{k}"] for k in ks] + [o[f"hit@{k}"] for k in ks] +
-                        [o["kept_recall"], o["kept_per_query"], o["tokens_per_query"]])
-    lines += md_table(["bank", "variant"] + [f"R@{k}" for k in ks] + [f"hit@{k}" for k in ks] +
-                    ["recall (read)", "memories read", "tokens/query"], rows)
-    lines += ["", "Recalled tokens per query at k: " + "; ".join(
-        f"{label} / {variant}: " + ", ".join(f"@{k} {v['recall']['overall'][f'tokens@{k}']}" for k in ks)
-        for label, r in results.items() for variant, v in r["variants"].items()), ""]
+            rows.append(
+                [label, variant]
+                + [o[f"recall@{k}"] for k in ks]
+                + [o[f"hit@{k}"] for k in ks]
+                + [o["kept_recall"], o["kept_per_query"], o["tokens_per_query"]]
+            )
+    lines += md_table(
+        ["bank", "variant"]
+        + [f"R@{k}" for k in ks]
+        + [f"hit@{k}" for k in ks]
+        + ["recall (read)", "memories read", "tokens/query"],
+        rows,
+    )
+    lines += [
+        "",
+        "Recalled tokens per query at k: "
+        + "; ".join(
+            f"{label} / {variant}: " + ", ".join(f"@{k} {v['recall']['overall'][f'tokens@{k}']}" for k in ks)
+            for label, r in results.items()
+            for variant, v in r["variants"].items()
+        ),
+        "",
+    ]
     kmid = meta["budget"] if meta["budget"] in ks else ks[min(len(ks) - 1, len(ks) // 2)]
     lines += [f"## Evidence recall@{kmid} per category", ""]
     for label, r in results.items():
@@ -469,18 +619,42 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
             continue
         cats = sorted({c for v in vs.values() for c in v["recall"]["by_category"]})
         lines += [f"### {label}", ""]
-        lines += md_table(["category", "n"] + list(vs), [
-            [c, next(v["recall"]["by_category"][c]["with_evidence"] for v in vs.values() if c in v["recall"]["by_category"])]
-            + [v["recall"]["by_category"].get(c, {}).get(f"recall@{kmid}", "-") for v in vs.values()] for c in cats])
+        lines += md_table(
+            ["category", "n"] + list(vs),
+            [
+                [
+                    c,
+                    next(
+                        v["recall"]["by_category"][c]["with_evidence"]
+                        for v in vs.values()
+                        if c in v["recall"]["by_category"]
+                    ),
+                ]
+                + [v["recall"]["by_category"].get(c, {}).get(f"recall@{kmid}", "-") for v in vs.values()]
+                for c in cats
+            ],
+        )
         lines += [""]
-    judged = [(label, variant, v["qa"]) for label, r in results.items() for variant, v in r["variants"].items() if "qa" in v]
+    judged = [
+        (label, variant, v["qa"]) for label, r in results.items() for variant, v in r["variants"].items() if "qa" in v
+    ]
     if judged:
         cats = sorted({c for _, _, q in judged for c in q["by_category"]})
-        lines += ["## LLM-judge accuracy", "", f"Answer model {meta['qa']}, judge {meta['judge']} (prompts: memdistill.spec.qa). "
-                  "Accuracy over all questions (an unreadable verdict counts as wrong).", ""]
-        lines += md_table(["bank", "variant", "overall"] + cats,
-                        [[label, variant, q["overall"]["accuracy"]] +
-                         [q["by_category"].get(c, {}).get("accuracy", "-") for c in cats] for label, variant, q in judged])
+        lines += [
+            "## LLM-judge accuracy",
+            "",
+            f"Answer model {meta['qa']}, judge {meta['judge']} (prompts: memdistill.spec.qa). "
+            "Accuracy over all questions (an unreadable verdict counts as wrong).",
+            "",
+        ]
+        lines += md_table(
+            ["bank", "variant", "overall"] + cats,
+            [
+                [label, variant, q["overall"]["accuracy"]]
+                + [q["by_category"].get(c, {}).get("accuracy", "-") for c in cats]
+                for label, variant, q in judged
+            ],
+        )
         lines += [""]
     else:
         lines += ["No QA / judge endpoints were configured: no LLM-judge accuracy in this run.", ""]
@@ -506,8 +680,11 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     axes[0][0].set_ylabel("evidence recall@k")
     save_figure(fig, out / "recall_at_k.png")
 
-    bars = [(f"{label}\n{variant}", v["recall"]["overall"], b) for b, (label, r) in enumerate(results.items())
-            for variant, v in r["variants"].items()]
+    bars = [
+        (f"{label}\n{variant}", v["recall"]["overall"], b)
+        for b, (label, r) in enumerate(results.items())
+        for variant, v in r["variants"].items()
+    ]
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(bars) + 2), 4.5))
     ax.bar(range(len(bars)), [o["tokens_per_query"] for _, o, _ in bars], color=[f"C{b}" for _, _, b in bars])
     ax.set_xticks(range(len(bars)))

@@ -26,9 +26,8 @@ import json
 import re
 import sys
 import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdistill.core.config import job_config
@@ -49,7 +48,9 @@ class EncoderEvalConfig:
     lm: str = "runs/extractor-cpu/merged"  # the zero-shot LM when it exists, else fallback_lm
     fallback_lm: str = "embedded:smollm2-135m-instruct"
     lm_baseline: bool = True
-    serve_config: str = "configs/serving/cpu.yaml"
+    serve_config: str = "configs/serving/cpu.yaml"  # how the LM's private server runs (gpu.yaml: bf16 on GPUs)
+    serve_overrides: list = field(default_factory=list)  # key=value on top of serve_config, e.g. [replicas=1]
+    max_model_len: int = 4096  # the LM server's context (questions and snippets are short)
     structured: bool = True  # constrain the LM to the spec's JSON Schema, as SDK clients do
     concurrency: int = 16
     max_examples: int | None = None  # per task (quick runs); gate: whole examples
@@ -61,14 +62,23 @@ class EncoderEvalConfig:
 
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_TIME = re.compile(rf"\b(yesterday|today|tonight|tomorrow|ago|last (week|month|year|night|weekend|time)|"
-                   rf"next (week|month|year|weekend)|this (morning|week|weekend|afternoon|evening)|"
-                   rf"on ({_DAYS})|({_MONTHS})|({_DAYS})|(19|20)\d\d|just (got|had|finished|bought|started))\b", re.I)
-_FIRST_PERSON_FACT = re.compile(r"\b(i am|i'm|i've|i have|i love|i like|i hate|i prefer|i always|i usually|i never|"
-                                r"my (wife|husband|partner|son|daughter|sister|brother|mom|mum|dad|mother|father|"
-                                r"family|job|kids?|dog|cat|boss|friend|favou?rite)|i work|i live)\b", re.I)
-_GENERAL = re.compile(r"\b(is a|are a|means|usually|typically|generally|in general|for example|recommend|try|"
-                      r"you can|you could|aim for|it's best|the best)\b", re.I)
+_TIME = re.compile(
+    rf"\b(yesterday|today|tonight|tomorrow|ago|last (week|month|year|night|weekend|time)|"
+    rf"next (week|month|year|weekend)|this (morning|week|weekend|afternoon|evening)|"
+    rf"on ({_DAYS})|({_MONTHS})|({_DAYS})|(19|20)\d\d|just (got|had|finished|bought|started))\b",
+    re.I,
+)
+_FIRST_PERSON_FACT = re.compile(
+    r"\b(i am|i'm|i've|i have|i love|i like|i hate|i prefer|i always|i usually|i never|"
+    r"my (wife|husband|partner|son|daughter|sister|brother|mom|mum|dad|mother|father|"
+    r"family|job|kids?|dog|cat|boss|friend|favou?rite)|i work|i live)\b",
+    re.I,
+)
+_GENERAL = re.compile(
+    r"\b(is a|are a|means|usually|typically|generally|in general|for example|recommend|try|"
+    r"you can|you could|aim for|it's best|the best)\b",
+    re.I,
+)
 
 
 def rule_router(snippet: str) -> list[str]:
@@ -87,11 +97,17 @@ def rule_router(snippet: str) -> list[str]:
     return labels
 
 
-_COMPLEX = re.compile(r"^(would|could|should|might|is \w+ likely|are \w+ likely|do you think)\b|\b(likely|enjoy|prefer|"
-                      r"suit|recommend|personality|values?|trend|over (the|time)|grown|changed|evolved|why|habits?|"
-                      r"easier|better|best|given what you know)\b", re.I)
-_HYBRID = re.compile(r"\b(how many|how often|which \w+s\b|what \w+s (has|have|did)|list|all the|both|and (why|how|when|"
-                     r"where|what)|compare|between|each|so far|in total)\b", re.I)
+_COMPLEX = re.compile(
+    r"^(would|could|should|might|is \w+ likely|are \w+ likely|do you think)\b|\b(likely|enjoy|prefer|"
+    r"suit|recommend|personality|values?|trend|over (the|time)|grown|changed|evolved|why|habits?|"
+    r"easier|better|best|given what you know)\b",
+    re.I,
+)
+_HYBRID = re.compile(
+    r"\b(how many|how often|which \w+s\b|what \w+s (has|have|did)|list|all the|both|and (why|how|when|"
+    r"where|what)|compare|between|each|so far|in total)\b",
+    re.I,
+)
 
 
 def rule_planner(question: str) -> str:
@@ -118,13 +134,15 @@ def rule_gate(question: str, complexity: str, candidates: list[str]) -> list[int
     kws = {_stem(w) for k in recall_plan.heuristic_keywords(question, names) for w in k.split()}
     scores = [len(kws & {_stem(w) for w in c.split()}) / max(len(kws), 1) for c in candidates]
     ranked = sorted((i for i, s in enumerate(scores, 1) if s > 0), key=lambda i: (-scores[i - 1], i))
-    return ranked[:recall_gate.BUDGETS[complexity]]
+    return ranked[: recall_gate.BUDGETS[complexity]]
 
 
 # --- the job ----------------------------------------------------------------------------------------
 
+
 def load_split(cfg: EncoderEvalConfig, task: str) -> list[dict]:
     from memdistill.train.encoder import read_rows
+
     rows = read_rows(str(Path(cfg.data_dir) / task / f"{cfg.split}.jsonl"), task)
     if cfg.max_examples and task != "gate":
         rows = rows[: cfg.max_examples]
@@ -137,6 +155,7 @@ def load_split(cfg: EncoderEvalConfig, task: str) -> list[dict]:
 def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
     """Decisions of the exported encoder, made exactly as the SDK makes them from served scores."""
     from memdistill.train.encoder import Encoder
+
     enc = Encoder(model_dir)
     t0 = time.time()
     if task == "router":
@@ -144,8 +163,10 @@ def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
     elif task == "planner":
         pred = enc.complexity([r["text"] for r in rows])
     else:
-        pred = [recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
-                for e in gate_examples(rows)]
+        pred = [
+            recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
+            for e in gate_examples(rows)
+        ]
     return pred, time.time() - t0
 
 
@@ -175,6 +196,7 @@ def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
             return p.plan.complexity if p.ok else None
         g = mm.gate(x["question"], x["complexity"], x["candidates"])
         return g.kept_ids if g.ok else None
+
     with ThreadPoolExecutor(concurrency) as pool:
         pred = list(tqdm(pool.map(one, items), total=len(items), desc=f"LM {task}", unit="ex"))
     return pred, time.time() - t0
@@ -190,6 +212,7 @@ def score(task: str, pred, rows: list[dict]) -> dict:
 
 def resolve_lm(cfg: EncoderEvalConfig) -> str:
     from memdistill.core.models import model_path
+
     return cfg.lm if (Path(cfg.lm) / "config.json").exists() else model_path(cfg.fallback_lm)
 
 
@@ -209,78 +232,160 @@ def run(cfg: EncoderEvalConfig) -> Path:
         preds[t]["rules"], seconds[t]["rules"] = rule_predictions(t, rows[t])
     lm = None
     if cfg.lm_baseline:
-        from memdistill.core.config import load_config
+        from memdistill.eval.generate import private_serve_config
         from memdistill.serve.client import MemoryModels
-        from memdistill.serve.server import Servers, ServeConfig, free_port
+        from memdistill.serve.server import Servers
 
         lm = resolve_lm(cfg)
-        scfg = load_config(ServeConfig, cfg.serve_config, [f"port={free_port()}", f"extractor={lm}"])
+        scfg = private_serve_config(cfg.serve_config, lm, cfg.max_model_len, cfg.serve_overrides)
         with Servers(scfg, log_dir=str(out / "vllm-logs")) as servers:
-            mm = MemoryModels(f"{servers.urls[0]}/v1", structured=cfg.structured, max_concurrency=cfg.concurrency,
-                              timeout=600)
+            mm = MemoryModels(
+                [f"{u}/v1" for u in servers.urls],
+                structured=cfg.structured,
+                max_concurrency=cfg.concurrency,
+                timeout=600,
+            )
             for t in TASKS:
                 preds[t]["LM zero-shot"], seconds[t]["LM zero-shot"] = lm_predictions(mm, t, rows[t], cfg.concurrency)
-    results = {t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
-               for t in TASKS}
-    meta = {"split": cfg.split, "data_dir": cfg.data_dir, "lm": lm, "models": {t: getattr(cfg, t) for t in TASKS},
-            "skipped": skipped}
+    results = {
+        t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
+        for t in TASKS
+    }
+    meta = {
+        "split": cfg.split,
+        "data_dir": cfg.data_dir,
+        "lm": lm,
+        "models": {t: getattr(cfg, t) for t in TASKS},
+        "skipped": skipped,
+    }
     (out / "metrics.json").write_text(json.dumps({**meta, "results": results}, indent=1))
     with (out / "predictions.jsonl").open("w") as f:
         for t in TASKS:
-            ids = ([r.get("snippet_id") or r.get("question_id") for r in rows[t]] if t != "gate"
-                   else [e["gate_id"] for e in gate_examples(rows[t])])
+            ids = (
+                [r.get("snippet_id") or r.get("question_id") for r in rows[t]]
+                if t != "gate"
+                else [e["gate_id"] for e in gate_examples(rows[t])]
+            )
             for name, p in preds[t].items():
                 for i, x in zip(ids, p):
                     f.write(json.dumps({"task": t, "system": name, "id": i, "prediction": x}) + "\n")
     write_report(out, results, meta)
     if cfg.write_cards:
         from memdistill.train.encoder import write_card
+
         for t in TASKS:
             if "encoder" in results[t] and (Path(getattr(cfg, t)) / "memdistill.json").exists():
-                write_card(getattr(cfg, t), {"split": cfg.split, "source": str(out / "metrics.json"),
-                                             **{k: v for k, v in results[t]["encoder"].items() if k != "seconds"}})
+                write_card(
+                    getattr(cfg, t),
+                    {
+                        "split": cfg.split,
+                        "source": str(out / "metrics.json"),
+                        **{k: v for k, v in results[t]["encoder"].items() if k != "seconds"},
+                    },
+                )
     return out
 
 
 def write_report(out: Path, results: dict, meta: dict) -> None:
-    L = [f"# Encoders on the gold {meta['split']} split", "",
-         f"Rows from `{meta['data_dir']}/<task>/{meta['split']}.jsonl`. Zero-shot LM: `{meta['lm']}` served by vLLM, "
-         "prompted through the SDK's LM path (the spec's student prompts, JSON Schema). Rules: `memdistill/eval/encoders.py`.", ""]
+    L = [
+        f"# Encoders on the gold {meta['split']} split",
+        "",
+        f"Rows from `{meta['data_dir']}/<task>/{meta['split']}.jsonl`. Zero-shot LM: `{meta['lm']}` served by vLLM, "
+        "prompted through the SDK's LM path (the spec's student prompts, JSON Schema). "
+        "Rules: `memdistill/eval/encoders.py`.",
+        "",
+    ]
     L += [f"Skipped: {s}" for s in meta["skipped"]] + ([""] if meta["skipped"] else [])
     r = results["router"]
-    L += ["## Type router (MemoType Table 9 layout)", "",
-          "Overall ACC = exact match of the label set (none = empty set); overall F1 = macro mean of the per-type F1. "
-          "Per-type ACC = binary accuracy of 'type present', per-type F1 = binary F1 of that type. Values in %.", ""]
+    L += [
+        "## Type router (MemoType Table 9 layout)",
+        "",
+        "Overall ACC = exact match of the label set (none = empty set); overall F1 = macro mean of the per-type F1. "
+        "Per-type ACC = binary accuracy of 'type present', per-type F1 = binary F1 of that type. Values in %.",
+        "",
+    ]
     pct = lambda x: f"{100 * x:.2f}"  # noqa: E731
-    L += md_table(["system", "Overall ACC", "Overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("ACC", "F1")]
-                  + ["micro F1", "valid"],
-                  [[name, pct(s["overall"]["acc"]), pct(s["overall"]["f1"])]
-                   + [pct(s[lab][m]) for lab in memory_type.LABELS for m in ("acc", "f1")]
-                   + [pct(s["overall"]["micro_f1"]), pct(s["valid_rate"])] for name, s in r.items()])
+    L += md_table(
+        ["system", "Overall ACC", "Overall F1"]
+        + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("ACC", "F1")]
+        + ["micro F1", "valid"],
+        [
+            [name, pct(s["overall"]["acc"]), pct(s["overall"]["f1"])]
+            + [pct(s[lab][m]) for lab in memory_type.LABELS for m in ("acc", "f1")]
+            + [pct(s["overall"]["micro_f1"]), pct(s["valid_rate"])]
+            for name, s in r.items()
+        ],
+    )
     n = next(iter(r.values()))["n"] if r else 0
     L += ["", f"{n} snippets.", "", "## Recall planner", ""]
-    L += md_table(["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in recall_plan.COMPLEXITIES] + ["valid", "seconds"],
-                  [[name, s["accuracy"], s["macro_f1"], *(s["f1"][c] for c in recall_plan.COMPLEXITIES), s["valid_rate"],
-                    s["seconds"]] for name, s in results["planner"].items()])
-    L += ["", "## Recall gate", "",
-          f"Selection: `recall_gate.select` (budgets {recall_gate.BUDGETS}). Token share over whitespace words of all candidates.", ""]
-    gate_cols = ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share", "kept_per_example", "valid_rate", "seconds"]
-    L += md_table(["system", "keep precision", "keep recall", "keep F1", "tokens removed", "kept / example", "valid", "seconds"],
-                  [[name, *(s[c] for c in gate_cols)] for name, s in results["gate"].items()])
+    L += md_table(
+        ["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in recall_plan.COMPLEXITIES] + ["valid", "seconds"],
+        [
+            [
+                name,
+                s["accuracy"],
+                s["macro_f1"],
+                *(s["f1"][c] for c in recall_plan.COMPLEXITIES),
+                s["valid_rate"],
+                s["seconds"],
+            ]
+            for name, s in results["planner"].items()
+        ],
+    )
+    L += [
+        "",
+        "## Recall gate",
+        "",
+        f"Selection: `recall_gate.select` (budgets {recall_gate.BUDGETS}). "
+        "Token share over whitespace words of all candidates.",
+        "",
+    ]
+    gate_cols = [
+        "keep_precision",
+        "keep_recall",
+        "keep_f1",
+        "tokens_removed_share",
+        "kept_per_example",
+        "valid_rate",
+        "seconds",
+    ]
+    L += md_table(
+        ["system", "keep precision", "keep recall", "keep F1", "tokens removed", "kept / example", "valid", "seconds"],
+        [[name, *(s[c] for c in gate_cols)] for name, s in results["gate"].items()],
+    )
     g = next(iter(results["gate"].values()), None)
     if g:
-        L += ["", f"{g['examples']} examples, {g['candidates']} candidates; gold keeps remove {g['gold_tokens_removed_share']} of the tokens."]
+        L += [
+            "",
+            f"{g['examples']} examples, {g['candidates']} candidates; "
+            f"gold keeps remove {g['gold_tokens_removed_share']} of the tokens.",
+        ]
     L += ["", "![router](router.png)", "", "![planner and gate](planner_gate.png)", ""]
     (out / "report.md").write_text("\n".join(L))
 
     cols = ["overall acc", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
-    grouped_bars(out / "router.png", {name: [s["overall"]["acc"], s["overall"]["f1"]]
-                                      + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
-                                      for name, s in r.items()}, cols, f"type router, gold {meta['split']} split", size=(9, 3.8))
+    grouped_bars(
+        out / "router.png",
+        {
+            name: [s["overall"]["acc"], s["overall"]["f1"]]
+            + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
+            for name, s in r.items()
+        },
+        cols,
+        f"type router, gold {meta['split']} split",
+        size=(9, 3.8),
+    )
     fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
-    for ax, (task, keys) in zip(axes, (("planner", ["accuracy", "macro_f1"]),
-                                       ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]))):
-        draw_grouped_bars(ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15)
+    for ax, (task, keys) in zip(
+        axes,
+        (
+            ("planner", ["accuracy", "macro_f1"]),
+            ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
+        ),
+    ):
+        draw_grouped_bars(
+            ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15
+        )
     save_figure(fig, out / "planner_gate.png")
 
 

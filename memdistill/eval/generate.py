@@ -38,8 +38,9 @@ class HFGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
 
-    def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, batch_size: int = 8,
-                 progress=None, sink=None) -> list[Generation]:
+    def __call__(
+        self, conversations: list[list[dict]], max_new_tokens: int = 512, batch_size: int = 8, progress=None, sink=None
+    ) -> list[Generation]:
         """Greedy generation for each chat (system + user messages), batched by prompt length;
         `sink(i, generation)` sees each one as it finishes."""
         import torch
@@ -48,14 +49,20 @@ class HFGenerator:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
+            batch = order[start : start + batch_size]
             width = max(len(ids[i]) for i in batch)
             # left padding keeps every prompt's last token at the same position for generation
             input_ids = torch.tensor([[self.pad] * (width - len(ids[i])) + ids[i] for i in batch])
             attn = torch.tensor([[0] * (width - len(ids[i])) + [1] * len(ids[i]) for i in batch])
             with torch.no_grad():
-                gen = self.model.generate(input_ids=input_ids, attention_mask=attn, max_new_tokens=max_new_tokens,
-                                          do_sample=False, pad_token_id=self.pad, eos_token_id=self.tok.eos_token_id)
+                gen = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attn,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.pad,
+                    eos_token_id=self.tok.eos_token_id,
+                )
             for row, i in zip(gen[:, width:], batch):
                 toks = row.tolist()
                 n = next((k + 1 for k, t in enumerate(toks) if t == self.tok.eos_token_id), len(toks))
@@ -70,8 +77,9 @@ class HFGenerator:
 DEFAULT_SERVE_CONFIG = "configs/serving/cpu.yaml"
 
 
-def private_serve_config(serve_config: str = DEFAULT_SERVE_CONFIG, model: str | None = None,
-                         max_model_len: int | None = None, overrides=()):
+def private_serve_config(
+    serve_config: str = DEFAULT_SERVE_CONFIG, model: str | None = None, max_model_len: int | None = None, overrides=()
+):
     """The ServeConfig of a server an evaluation job starts for itself: how `serve_config` runs the model
     (dtype, tensor / data parallel, replicas, GPU memory, extra args), with `overrides` (key=value) on
     top; then the job's model and context length, a free local port, and no API key (it listens on
@@ -92,8 +100,15 @@ class VLLMGenerator:
     """Starts a private vLLM server for `model` (use as a context manager) and generates through it.
     `serve_config` says how (configs/serving/gpu.yaml: bf16 on GPUs); `max_model_len` is the job's."""
 
-    def __init__(self, model: str, structured: bool = False, concurrency: int = 16, max_model_len: int = 4096,
-                 serve_config: str = DEFAULT_SERVE_CONFIG, serve_overrides=()):
+    def __init__(
+        self,
+        model: str,
+        structured: bool = False,
+        concurrency: int = 16,
+        max_model_len: int = 4096,
+        serve_config: str = DEFAULT_SERVE_CONFIG,
+        serve_overrides=(),
+    ):
         from memdistill.serve.server import Servers
 
         cfg = private_serve_config(serve_config, model, max_model_len, serve_overrides)
@@ -102,17 +117,25 @@ class VLLMGenerator:
 
     def __enter__(self):
         from memdistill.serve.client import MemoryModels
+
         self.servers.start()
         # every replica the serving config starts, round-robin
-        self.client = MemoryModels([f"{u}/v1" for u in self.servers.urls], structured=self.structured, timeout=1800,
-                                   max_retries=1)
+        self.client = MemoryModels(
+            [f"{u}/v1" for u in self.servers.urls], structured=self.structured, timeout=1800, max_retries=1
+        )
         return self
 
     def __exit__(self, *exc):
         self.servers.stop()
 
-    def __call__(self, conversations: list[list[dict]], max_new_tokens: int = 512, progress=None,
-                 schema: dict | list | None = None, sink=None) -> list[Generation]:
+    def __call__(
+        self,
+        conversations: list[list[dict]],
+        max_new_tokens: int = 512,
+        progress=None,
+        schema: dict | list | None = None,
+        sink=None,
+    ) -> list[Generation]:
         """`schema` (one for all, or a list with one per conversation) constrains decoding only when the
         generator was made with structured=True; `sink(i, generation)` sees each one as it finishes."""
         from concurrent.futures import ThreadPoolExecutor

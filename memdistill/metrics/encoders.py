@@ -15,8 +15,15 @@ def binary_prf(pred: list[bool], gold: list[bool]) -> dict:
     fn = sum(g and not p for p, g in zip(pred, gold))
     prec = tp / (tp + fp) if tp + fp else 0.0
     rec = tp / (tp + fn) if tp + fn else 0.0
-    return {"acc": sum(p == g for p, g in zip(pred, gold)) / len(gold) if gold else 0.0, "precision": prec,
-            "recall": rec, "f1": 2 * prec * rec / (prec + rec) if prec + rec else 0.0, "tp": tp, "fp": fp, "fn": fn}
+    return {
+        "acc": sum(p == g for p, g in zip(pred, gold)) / len(gold) if gold else 0.0,
+        "precision": prec,
+        "recall": rec,
+        "f1": 2 * prec * rec / (prec + rec) if prec + rec else 0.0,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+    }
 
 
 def router_scores(pred: list[list[str] | None], gold: list[list[str]]) -> dict:
@@ -30,7 +37,11 @@ def router_scores(pred: list[list[str] | None], gold: list[list[str]]) -> dict:
         tp, fp, fn = tp + s["tp"], fp + s["fp"], fn + s["fn"]
     exact = sum(p is not None and set(p) == set(g) for p, g in zip(pred, gold))
     micro = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
-    out["overall"] = {"acc": round(exact / len(gold), 4), "f1": round(sum(f1s) / len(f1s), 4), "micro_f1": round(micro, 4)}
+    out["overall"] = {
+        "acc": round(exact / len(gold), 4),
+        "f1": round(sum(f1s) / len(f1s), 4),
+        "micro_f1": round(micro, 4),
+    }
     out["valid_rate"] = round(sum(p is not None for p in pred) / len(gold), 4)
     return out
 
@@ -41,11 +52,16 @@ def planner_scores(pred: list[str | None], gold: list[str]) -> dict:
     labs = list(recall_plan.COMPLEXITIES)
     p = [x if x in labs else "invalid" for x in pred]
     per = f1_score(gold, p, labels=labs, average=None, zero_division=0)
-    return {"n": len(gold), "accuracy": round(sum(a == b for a, b in zip(p, gold)) / len(gold), 4),
-            "macro_f1": round(float(per.mean()), 4), "f1": {lab: round(float(v), 4) for lab, v in zip(labs, per)},
-            "valid_rate": round(sum(x in labs for x in pred) / len(gold), 4),
-            "confusion (rows gold, cols pred: simple, hybrid, complex, invalid)":
-                confusion_matrix(gold, p, labels=labs + ["invalid"])[:3].tolist()}
+    return {
+        "n": len(gold),
+        "accuracy": round(sum(a == b for a, b in zip(p, gold)) / len(gold), 4),
+        "macro_f1": round(float(per.mean()), 4),
+        "f1": {lab: round(float(v), 4) for lab, v in zip(labs, per)},
+        "valid_rate": round(sum(x in labs for x in pred) / len(gold), 4),
+        "confusion (rows gold, cols pred: simple, hybrid, complex, invalid)": confusion_matrix(
+            gold, p, labels=labs + ["invalid"]
+        )[:3].tolist(),
+    }
 
 
 def gate_examples(rows: list[dict], scores: list[float] | None = None) -> list[dict]:
@@ -57,15 +73,22 @@ def gate_examples(rows: list[dict], scores: list[float] | None = None) -> list[d
     for gid, cands in groups.items():
         cands.sort(key=lambda x: x[0])
         r0 = cands[0][1]
-        out.append({"gate_id": gid, "complexity": r0["complexity"], "question": _question(r0),
-                    "candidates": [r["text"] for _, r, _ in cands], "scores": [s for _, _, s in cands],
-                    "gold": [i for i, (_, r, _) in enumerate(cands, 1) if r["label"] >= 0.5]})
+        out.append(
+            {
+                "gate_id": gid,
+                "complexity": r0["complexity"],
+                "question": _question(r0),
+                "candidates": [r["text"] for _, r, _ in cands],
+                "scores": [s for _, _, s in cands],
+                "gold": [i for i, (_, r, _) in enumerate(cands, 1) if r["label"] >= 0.5],
+            }
+        )
     return out
 
 
 def _question(row: dict) -> str:
     prefix = recall_gate.pair_query("", row["complexity"])
-    return row["query"][len(prefix):].strip() if row["query"].startswith(prefix.strip()) else row["query"]
+    return row["query"][len(prefix) :].strip() if row["query"].startswith(prefix.strip()) else row["query"]
 
 
 def gate_scores(examples: list[dict], kept: list[list[int] | None] | None = None, shift: float = 0.0) -> dict:
@@ -75,9 +98,11 @@ def gate_scores(examples: list[dict], kept: list[list[int] | None] | None = None
     import math
 
     if kept is None:
+
         def fold(s):
             s = min(max(s, 1e-7), 1 - 1e-7)
             return 1 / (1 + math.exp(-(math.log(s / (1 - s)) - shift)))
+
         kept = [recall_gate.select([fold(s) for s in e["scores"]], e["complexity"]) for e in examples]
     pred, gold, tokens, kept_tokens, gold_tokens, invalid, n_kept = [], [], 0, 0, 0, 0, 0
     for e, k in zip(examples, kept):
@@ -94,9 +119,14 @@ def gate_scores(examples: list[dict], kept: list[list[int] | None] | None = None
             pred.append(i in ks)
             gold.append(i in gs)
     s = binary_prf(pred, gold)
-    return {"examples": len(examples), "candidates": len(pred), "keep_precision": round(s["precision"], 4),
-            "keep_recall": round(s["recall"], 4), "keep_f1": round(s["f1"], 4),
-            "tokens_removed_share": round(1 - kept_tokens / tokens, 4) if tokens else 0.0,
-            "gold_tokens_removed_share": round(1 - gold_tokens / tokens, 4) if tokens else 0.0,
-            "kept_per_example": round(n_kept / len(examples), 2) if examples else 0.0,
-            "valid_rate": round(1 - invalid / len(examples), 4) if examples else 0.0}
+    return {
+        "examples": len(examples),
+        "candidates": len(pred),
+        "keep_precision": round(s["precision"], 4),
+        "keep_recall": round(s["recall"], 4),
+        "keep_f1": round(s["f1"], 4),
+        "tokens_removed_share": round(1 - kept_tokens / tokens, 4) if tokens else 0.0,
+        "gold_tokens_removed_share": round(1 - gold_tokens / tokens, 4) if tokens else 0.0,
+        "kept_per_example": round(n_kept / len(examples), 2) if examples else 0.0,
+        "valid_rate": round(1 - invalid / len(examples), 4) if examples else 0.0,
+    }

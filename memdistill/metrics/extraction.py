@@ -51,8 +51,9 @@ def similarity_matrix(pred: list[str], gold: list[str], similarity: str, embedde
     return e(pred) @ e(gold).T
 
 
-def match(pred: list[MemoryRecord], gold: list[MemoryRecord], threshold: float, similarity: str = "embedding",
-          embedder=None) -> list[tuple[int, int, float]]:
+def match(
+    pred: list[MemoryRecord], gold: list[MemoryRecord], threshold: float, similarity: str = "embedding", embedder=None
+) -> list[tuple[int, int, float]]:
     """One-to-one pairs (pred index, gold index, similarity) maximising total similarity, >= threshold."""
     from scipy.optimize import linear_sum_assignment
 
@@ -113,8 +114,16 @@ class ExtractionScores:
         if self.threshold is None:
             self.threshold = DEFAULT_THRESHOLD[self.similarity]
 
-    def add(self, raw: str | None, pred: list[MemoryRecord], gold: list[MemoryRecord], json_ok: bool,
-            embedder=None, prompt_tokens: int = 0, output_tokens: int = 0) -> list[tuple[int, int, float]]:
+    def add(
+        self,
+        raw: str | None,
+        pred: list[MemoryRecord],
+        gold: list[MemoryRecord],
+        json_ok: bool,
+        embedder=None,
+        prompt_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> list[tuple[int, int, float]]:
         self.windows += 1
         self.json_valid += bool(json_ok)
         self.schema_valid += schema_valid(raw)
@@ -145,12 +154,19 @@ class ExtractionScores:
         precision, recall = div(self.matched, self.predicted), div(self.matched, self.gold)
         f1 = round(2 * precision * recall / (precision + recall), 4) if precision + recall else 0.0
         out = {
-            "windows": self.windows, "json_valid_rate": div(self.json_valid, self.windows),
+            "windows": self.windows,
+            "json_valid_rate": div(self.json_valid, self.windows),
             "schema_valid_rate": div(self.schema_valid, self.windows),
-            "predicted": self.predicted, "gold": self.gold, "matched": self.matched,
-            "memory_precision": precision, "memory_recall": recall, "memory_f1": f1,
-            "match_similarity": self.similarity, "match_threshold": self.threshold,
-            "type_accuracy": div(self.type_correct, self.matched), "time_exact": div(self.time_exact, self.matched),
+            "predicted": self.predicted,
+            "gold": self.gold,
+            "matched": self.matched,
+            "memory_precision": precision,
+            "memory_recall": recall,
+            "memory_f1": f1,
+            "match_similarity": self.similarity,
+            "match_threshold": self.threshold,
+            "type_accuracy": div(self.type_correct, self.matched),
+            "time_exact": div(self.time_exact, self.matched),
             **{f"{d}_agreement": div(self.dim_agree[d], self.matched) for d in FREE_DIMS},
             "keyword_f1": div(self.keyword_f1_sum, self.matched),
             "overfill_rate": div(self.overfill, self.gold_empty_dims),

@@ -24,6 +24,7 @@ class TokenCounter:
         from transformers import AutoTokenizer
 
         from memdistill.core.models import model_path
+
         self.name = model
         self.tok = AutoTokenizer.from_pretrained(model_path(model))
 
@@ -40,8 +41,14 @@ class RecallScores:
 
     def add(self, q, recall, tokens_at: dict, kept_tokens: int) -> dict:
         """`q`: a memdistill.data.questions.Question; `recall`: a memdistill.runtime.Recall."""
-        row = {"question_id": q.question_id, "category": q.category, "evidence": bool(q.evidence),
-               "tokens_at": {k: tokens_at[k] for k in self.ks}, "kept_tokens": kept_tokens, "kept": len(recall.kept)}
+        row = {
+            "question_id": q.question_id,
+            "category": q.category,
+            "evidence": bool(q.evidence),
+            "tokens_at": {k: tokens_at[k] for k in self.ks},
+            "kept_tokens": kept_tokens,
+            "kept": len(recall.kept),
+        }
         if q.evidence:
             for k in self.ks:
                 row[f"recall@{k}"], row[f"hit@{k}"] = evidence_coverage(recall.hits[:k], q.evidence)
@@ -66,5 +73,7 @@ class RecallScores:
 
     def summary(self) -> dict:
         cats = sorted({r["category"] for r in self.rows})
-        return {"overall": self._summ(self.rows),
-                "by_category": {c: self._summ([r for r in self.rows if r["category"] == c]) for c in cats}}
+        return {
+            "overall": self._summ(self.rows),
+            "by_category": {c: self._summ([r for r in self.rows if r["category"] == c]) for c in cats},
+        }

@@ -11,8 +11,28 @@ recall planner and the recall gate.
 
 from memdistill.core.embedder import Embedder
 from memdistill.runtime.bank import BankError, MemoryBank, MemoryItem
-from memdistill.runtime.retrieval import (DIM_WEIGHTS, Hit, MemoryRuntime, Recall, dimension_score, hooks_from_models,
-                                          score_gate, types_from_trimem)
+from memdistill.runtime.retrieval import (
+    DIM_WEIGHTS,
+    Hit,
+    MemoryRuntime,
+    Recall,
+    dimension_score,
+    hooks_from_models,
+    score_gate,
+    types_from_trimem,
+)
 
-__all__ = ["BankError", "DIM_WEIGHTS", "Embedder", "Hit", "MemoryBank", "MemoryItem", "MemoryRuntime", "Recall",
-           "dimension_score", "hooks_from_models", "score_gate", "types_from_trimem"]
+__all__ = [
+    "BankError",
+    "DIM_WEIGHTS",
+    "Embedder",
+    "Hit",
+    "MemoryBank",
+    "MemoryItem",
+    "MemoryRuntime",
+    "Recall",
+    "dimension_score",
+    "hooks_from_models",
+    "score_gate",
+    "types_from_trimem",
+]

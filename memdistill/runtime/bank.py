@@ -49,9 +49,15 @@ class MemoryItem:
         return qa.render_memory(self.content, self.timestamp, d.time, d.location, d.reason, d.purpose, reply=reply)
 
     def to_json(self) -> dict:
-        return {"memory_id": self.memory_id, "conversation_id": self.conversation_id, "turn_id": self.turn_id,
-                "speaker": self.speaker, "timestamp": self.timestamp.isoformat() if self.timestamp else None,
-                "content": self.content, "dimension": self.dimension.model_dump()}
+        return {
+            "memory_id": self.memory_id,
+            "conversation_id": self.conversation_id,
+            "turn_id": self.turn_id,
+            "speaker": self.speaker,
+            "timestamp": self.timestamp.isoformat() if self.timestamp else None,
+            "content": self.content,
+            "dimension": self.dimension.model_dump(),
+        }
 
     @classmethod
     def from_json(cls, row: dict, where: str, default_id: str = "") -> "MemoryItem":
@@ -74,8 +80,15 @@ class MemoryItem:
             raise BankError(f"{where}: field 'timestamp': {e}") from None
         if not str(row["content"]).strip():
             raise BankError(f"{where}: field 'content' is empty")
-        return cls(str(row.get("memory_id") or default_id), str(row["conversation_id"]), str(turn),
-                   str(row["content"]), dim, row.get("speaker", row.get("source_speaker")), ts)
+        return cls(
+            str(row.get("memory_id") or default_id),
+            str(row["conversation_id"]),
+            str(turn),
+            str(row["content"]),
+            dim,
+            row.get("speaker", row.get("source_speaker")),
+            ts,
+        )
 
 
 class MemoryBank:
@@ -94,9 +107,18 @@ class MemoryBank:
     @classmethod
     def from_extracted(cls, memories) -> "MemoryBank":
         """From `MemoryModels.extract(...).memories` (ExtractedMemory: record + source pointers)."""
-        return cls(MemoryItem(f"{m.conversation_id}-w{m.window_index}-{k}", m.conversation_id, m.turn_id,
-                              m.record.content, m.record.dimension, m.speaker, parse_timestamp(m.timestamp))
-                   for k, m in enumerate(memories))
+        return cls(
+            MemoryItem(
+                f"{m.conversation_id}-w{m.window_index}-{k}",
+                m.conversation_id,
+                m.turn_id,
+                m.record.content,
+                m.record.dimension,
+                m.speaker,
+                parse_timestamp(m.timestamp),
+            )
+            for k, m in enumerate(memories)
+        )
 
     @classmethod
     def from_seed(cls, seed, conversation_ids=None) -> "MemoryBank":
@@ -107,8 +129,17 @@ class MemoryBank:
             if keep is not None and m["conversation_id"] not in keep:
                 continue
             turn = seed.conversations[m["conversation_id"]].turn(m["source_turn_id"])
-            items.append(MemoryItem(m["memory_id"], m["conversation_id"], m["source_turn_id"], m["content"],
-                                    Dimension(**m["dimension"]), turn.speaker, turn.timestamp))
+            items.append(
+                MemoryItem(
+                    m["memory_id"],
+                    m["conversation_id"],
+                    m["source_turn_id"],
+                    m["content"],
+                    Dimension(**m["dimension"]),
+                    turn.speaker,
+                    turn.timestamp,
+                )
+            )
         return cls(items)
 
     @classmethod
@@ -116,9 +147,12 @@ class MemoryBank:
         """One record a line: conversation_id, turn_id (or source_turn_id), content, dimension; optional
         memory_id, speaker (or source_speaker), timestamp (of the source message)."""
         path = Path(path)
-        return cls(MemoryItem.from_json(row, f"{path}:{lineno}", f"{path.stem}-{lineno}")
-                   for lineno, row in read_jsonl(path, BankError))
+        return cls(
+            MemoryItem.from_json(row, f"{path}:{lineno}", f"{path.stem}-{lineno}")
+            for lineno, row in read_jsonl(path, BankError)
+        )
 
     def save(self, path) -> None:
-        Path(path).write_text("".join(json.dumps(it.to_json(), ensure_ascii=False) + "\n" for it in self.items),
-                              encoding="utf-8")
+        Path(path).write_text(
+            "".join(json.dumps(it.to_json(), ensure_ascii=False) + "\n" for it in self.items), encoding="utf-8"
+        )

@@ -48,9 +48,11 @@ from memdistill.spec.recall_gate import BUDGETS, select
 DIM_WEIGHTS = {"type": 1.5, "time": 3.0, "location": 2.0, "keyword_phrase": 1.5, "keyword_tokens": 1.5}
 TRIMEM_TO_DIMMEM = {"EM": ("episodic",), "PM": ("profile", "fact"), "GM": ("fact",)}
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = set("""a an the of in on at to for from by with about into over after before is are was were be been being do
+_STOP = set(
+    """a an the of in on at to for from by with about into over after before is are was were be been being do
 does did have has had what which who whom whose when where why how i me my you your we our they their he she his her
-him it its this that these those and or not any there here can could would should will did user assistant""".split())
+him it its this that these those and or not any there here can could would should will did user assistant""".split()
+)
 
 
 def _fold(s: str) -> str:
@@ -119,8 +121,9 @@ class _ConvIndex:
         self.items = items
         self.bm25 = None
         if items:
-            toks = bm25s.tokenize([it.lexical_text() for it in items], return_ids=False, show_progress=False,
-                                  stopwords="en")
+            toks = bm25s.tokenize(
+                [it.lexical_text() for it in items], return_ids=False, show_progress=False, stopwords="en"
+            )
             self.bm25 = bm25s.BM25()
             self.bm25.index(toks, show_progress=False)
         self.vectors = embed([it.content for it in items]) if items else np.zeros((0, 1))
@@ -135,11 +138,21 @@ class _ConvIndex:
 
 
 class MemoryRuntime:
-    def __init__(self, bank: MemoryBank, embed: Callable | None = None, top_k: int = 20, rrf_k: int = 60,
-                 dim_weight: float = 2.0, weights: dict | None = None, budget: int = 10,
-                 plan_budgets: dict | None = None, router: Callable | None = None,
-                 planner: Callable | None = None, gate: Callable | None = None,
-                 conversations: dict[str, Conversation] | None = None):
+    def __init__(
+        self,
+        bank: MemoryBank,
+        embed: Callable | None = None,
+        top_k: int = 20,
+        rrf_k: int = 60,
+        dim_weight: float = 2.0,
+        weights: dict | None = None,
+        budget: int = 10,
+        plan_budgets: dict | None = None,
+        router: Callable | None = None,
+        planner: Callable | None = None,
+        gate: Callable | None = None,
+        conversations: dict[str, Conversation] | None = None,
+    ):
         if embed is None:
             embed = Embedder()
         self.bank, self.embed = bank, embed
@@ -155,8 +168,14 @@ class MemoryRuntime:
             self._index[conversation_id] = _ConvIndex(self.bank.of(conversation_id), self.embed)
         return self._index[conversation_id]
 
-    def rank(self, question: str, conversation_id: str, query: QueryAnalysis | None = None, route: bool = True,
-             target_types=()) -> list[Hit]:
+    def rank(
+        self,
+        question: str,
+        conversation_id: str,
+        query: QueryAnalysis | None = None,
+        route: bool = True,
+        target_types=(),
+    ) -> list[Hit]:
         """The fused tri-path ranking (bi-path with route=False) of one conversation's memories."""
         idx = self.index(conversation_id)
         n = len(idx.items)
@@ -194,8 +213,14 @@ class MemoryRuntime:
                 out.append(hit)
         return out
 
-    def recall(self, question: str, conversation_id: str, query: QueryAnalysis | None = None, route: bool = True,
-               gate_complexity: str = "hybrid") -> Recall:
+    def recall(
+        self,
+        question: str,
+        conversation_id: str,
+        query: QueryAnalysis | None = None,
+        route: bool = True,
+        gate_complexity: str = "hybrid",
+    ) -> Recall:
         """Rank, then keep what the answer model reads: the planner sets the budget, the gate filters."""
         notes, types = [], []
         if route and self.router is not None and not (query and query.dimension.target_memory_type):
@@ -244,6 +269,7 @@ class MemoryRuntime:
 
 # --- hooks from the SDK ---------------------------------------------------------------------------
 
+
 def types_from_trimem(labels) -> list[str]:
     """TriMEM labels of a question -> the DimMem record types that hold such memories."""
     out = []
@@ -262,7 +288,7 @@ def hooks_from_models(mm, which=("router", "planner", "gate")) -> dict:
     if "router" in which:
         hooks["router"] = lambda q: types_from_trimem(mm.classify_types([q])[0].labels)
     if "planner" in which:
-        hooks["planner"] = lambda q: (p.plan.complexity if (p := mm.plan(q)).ok else None)
+        hooks["planner"] = lambda q: p.plan.complexity if (p := mm.plan(q)).ok else None
     if "gate" in which:
         hooks["gate"] = lambda q, c, cands: mm.gate(q, c, cands).kept_ids
     return hooks

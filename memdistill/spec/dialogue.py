@@ -24,9 +24,25 @@ class TimestampError(ValueError):
     pass
 
 
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"])}
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ]
+    )
+}
 _MONTHS.update({k[:3]: v for k, v in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
 # LoCoMo: "1:56 pm on 8 May, 2023"
@@ -66,7 +82,8 @@ def parse_timestamp(value) -> datetime:
     except ValueError as e:
         raise TimestampError(
             f"unrecognised timestamp {value!r} ({e}); expected LoCoMo '1:56 pm on 8 May, 2023', "
-            "LongMemEval '2023/05/20 (Sat) 02:21' or ISO 8601 '2023-05-20T02:21:00'") from None
+            "LongMemEval '2023/05/20 (Sat) 02:21' or ISO 8601 '2023-05-20T02:21:00'"
+        ) from None
 
 
 def format_timestamp(ts: datetime) -> str:
@@ -153,8 +170,13 @@ class Window:
             "text": self.text,
             "extract_from": self.extract_from,
             "messages": [
-                {"n": n, "turn_id": t.turn_id, "speaker": t.speaker, "role": t.role,
-                 "timestamp": t.timestamp.isoformat()}
+                {
+                    "n": n,
+                    "turn_id": t.turn_id,
+                    "speaker": t.speaker,
+                    "role": t.role,
+                    "timestamp": t.timestamp.isoformat(),
+                }
                 for n, t in enumerate(self.turns, 1)
             ],
         }
@@ -169,8 +191,7 @@ class Window:
         turns = []
         for line, m in zip(lines, msgs):
             _, _, body = line.partition(f"{m['n']}.{m['speaker']}: ")
-            turns.append(Turn(m["turn_id"], m["speaker"], m.get("role", "user"), body,
-                              parse_timestamp(m["timestamp"])))
+            turns.append(Turn(m["turn_id"], m["speaker"], m.get("role", "user"), body, parse_timestamp(m["timestamp"])))
         return cls(d["conversation_id"], int(d["window_index"]), turns, int(d["extract_from"]))
 
 
@@ -189,7 +210,7 @@ def windows(conv: Conversation, size: int, overlap: int) -> list[Window]:
         first_new = start if not out else start + overlap
         if first_new >= len(turns):
             break
-        chunk = turns[start:start + size]
+        chunk = turns[start : start + size]
         out.append(Window(conv.conversation_id, len(out), chunk, first_new - start + 1))
         start += step
     return out
@@ -200,8 +221,9 @@ def describe_windows(windows: dict) -> str:
     return "; ".join(f"{style} {', '.join(f'{w}/{o}' for w, o in pairs)}" for style, pairs in windows.items()) or "none"
 
 
-def choose_window(style: str, trained: dict | None = None, window: int | None = None,
-                  overlap: int | None = None) -> tuple[int, int, str | None]:
+def choose_window(
+    style: str, trained: dict | None = None, window: int | None = None, overlap: int | None = None
+) -> tuple[int, int, str | None]:
     """(W, O) for a conversation of `style`, and a note when that is not a window the model was trained on.
 
     `trained` is a model's training windows ({style: [[W, O], ...]}, most rows first; see
@@ -213,7 +235,11 @@ def choose_window(style: str, trained: dict | None = None, window: int | None = 
     size = window or default[0]
     ov = overlap if overlap is not None else min(default[1], size - 1)
     if trained is None:
-        note = None if window else f"the model's training windows are unknown: {style} windows use the paper preset {size}/{ov}"
+        note = (
+            None
+            if window
+            else f"the model's training windows are unknown: {style} windows use the paper preset {size}/{ov}"
+        )
     elif not pairs:
         note = f"the model was trained on no {style} windows; using {size}/{ov}"
     elif (size, ov) not in pairs:

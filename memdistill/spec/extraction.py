@@ -23,11 +23,25 @@ MemoryType = Literal["fact", "episodic", "profile"]
 
 # Obvious synonyms small models and other memory stacks use for the three types.
 TYPE_ALIASES = {
-    "facts": "fact", "factual": "fact", "semantic": "fact", "knowledge": "fact", "status": "fact",
-    "event": "episodic", "events": "episodic", "episode": "episodic", "episodic memory": "episodic",
-    "experience": "episodic", "plan": "episodic", "activity": "episodic",
-    "preference": "profile", "preferences": "profile", "persona": "profile", "habit": "profile",
-    "personal": "profile", "trait": "profile", "user profile": "profile",
+    "facts": "fact",
+    "factual": "fact",
+    "semantic": "fact",
+    "knowledge": "fact",
+    "status": "fact",
+    "event": "episodic",
+    "events": "episodic",
+    "episode": "episodic",
+    "episodic memory": "episodic",
+    "experience": "episodic",
+    "plan": "episodic",
+    "activity": "episodic",
+    "preference": "profile",
+    "preferences": "profile",
+    "persona": "profile",
+    "habit": "profile",
+    "personal": "profile",
+    "trait": "profile",
+    "user profile": "profile",
 }
 
 _D = r"\d{4}(?:-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12]\d|3[01]))?)?"
@@ -204,11 +218,11 @@ Style-specific guidance:
 
 STYLE_RULES = {
     "multi-party": "This is a chat between people. Extract from every speaker's messages, going message by "
-                   "message; prefer fine-grained records to missing details about people, dates, places, "
-                   "photos, plans, reasons and purposes. Always fill source_speaker.",
+    "message; prefer fine-grained records to missing details about people, dates, places, "
+    "photos, plans, reasons and purposes. Always fill source_speaker.",
     "user-assistant": "This is a chat between a user and an AI assistant. Most records come from the user's "
-                      "messages; take from the assistant's messages only the concrete recommendations and "
-                      "facts the user may want recalled. Write 'the user' and 'the assistant' in content.",
+    "messages; take from the assistant's messages only the concrete recommendations and "
+    "facts the user may want recalled. Write 'the user' and 'the assistant' in content.",
 }
 
 STUDENT_SYSTEM = """\
@@ -221,8 +235,10 @@ def user_message(window: Window) -> str:
     """The per-window user turn: which messages may be sources, then the rendered window."""
     n = len(window.turns)
     if window.overlap:
-        head = (f"Messages 1-{window.overlap} are context from the previous window: do not extract from them. "
-                f"Extract from messages {window.extract_from}-{n}.")
+        head = (
+            f"Messages 1-{window.overlap} are context from the previous window: do not extract from them. "
+            f"Extract from messages {window.extract_from}-{n}."
+        )
     else:
         head = f"Extract from messages 1-{n}."
     return f"{head}\n\n{window.text}"
@@ -249,6 +265,7 @@ def render_completion(records: Iterable[MemoryRecord]) -> str:
 
 # --- parsing ------------------------------------------------------------------------------------
 
+
 @dataclass
 class ParseResult:
     records: list[MemoryRecord] = field(default_factory=list)
@@ -261,8 +278,10 @@ class ParseResult:
         return not any(p.code in FATAL_CODES for p in self.problems)
 
     def to_json(self) -> dict:
-        return {"records": [r.model_dump(exclude_none=True) for r in self.records],
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "records": [r.model_dump(exclude_none=True) for r in self.records],
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 FATAL_CODES = {"empty_output", "no_json", "invalid_json", "wrong_shape"}
@@ -294,7 +313,9 @@ def parse(raw: str | None, window: Window | None = None) -> ParseResult:
         # number; a memory store wants each memory once (the gold corpus never repeats a content).
         key = " ".join(rec.content.lower().split())
         if key in seen:
-            result.problems.append(Problem("duplicate_record", f"content repeats an earlier record (message {rec.source_id})", i))
+            result.problems.append(
+                Problem("duplicate_record", f"content repeats an earlier record (message {rec.source_id})", i)
+            )
             continue
         seen.add(key)
         result.records.append(rec)
@@ -329,7 +350,9 @@ def _normalise_record(item, i: int, window: Window | None, problems: list[Proble
         if not 1 <= sid <= len(window.turns):
             return reject("source_out_of_range", f"source_id {sid} is outside messages 1-{len(window.turns)}")
         if sid < window.extract_from:
-            return reject("source_in_overlap", f"source_id {sid} is a context message (extract from {window.extract_from})")
+            return reject(
+                "source_in_overlap", f"source_id {sid} is a context message (extract from {window.extract_from})"
+            )
 
     # memory_type: case and obvious aliases
     mt = norm_str(dim.get("memory_type")).lower()
@@ -365,10 +388,18 @@ def _normalise_record(item, i: int, window: Window | None, problems: list[Proble
         return reject("empty_content", "record has no content")
     try:
         return MemoryRecord(
-            source_id=sid, source_speaker=speaker, content=content,
-            dimension=Dimension(memory_type=mt, time=t, location=norm_str(dim.get("location")),
-                                reason=norm_str(dim.get("reason")), purpose=norm_str(dim.get("purpose")),
-                                keywords=kws))
+            source_id=sid,
+            source_speaker=speaker,
+            content=content,
+            dimension=Dimension(
+                memory_type=mt,
+                time=t,
+                location=norm_str(dim.get("location")),
+                reason=norm_str(dim.get("reason")),
+                purpose=norm_str(dim.get("purpose")),
+                keywords=kws,
+            ),
+        )
     except ValidationError as e:  # pragma: no cover - normalisation above should make this unreachable
         return reject("schema_invalid", str(e).splitlines()[0])
 
@@ -381,6 +412,12 @@ def records_for_window(window: Window, gold: Iterable[dict]) -> list[MemoryRecor
     """
     number = {t.turn_id: n for n, t in window.extractable()}
     picked = [(number[g["source_turn_id"]], k, g) for k, g in enumerate(gold) if g["source_turn_id"] in number]
-    return [MemoryRecord(source_id=n, source_speaker=g.get("source_speaker") or window.turn_for(n).speaker,
-                         content=g["content"], dimension=Dimension(**g["dimension"]))
-            for n, _, g in sorted(picked, key=lambda x: (x[0], x[1]))]
+    return [
+        MemoryRecord(
+            source_id=n,
+            source_speaker=g.get("source_speaker") or window.turn_for(n).speaker,
+            content=g["content"],
+            dimension=Dimension(**g["dimension"]),
+        )
+        for n, _, g in sorted(picked, key=lambda x: (x[0], x[1]))
+    ]

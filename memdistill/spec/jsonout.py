@@ -45,7 +45,7 @@ def strip_wrappers(raw: str) -> tuple[str, list[Problem]]:
         text = re.sub(r"<think>", "", text, flags=re.I)
     elif "</think>" in low:
         # Templates that pre-fill "<think>" leave only the closing tag in the completion.
-        text = text[low.rindex("</think>") + len("</think>"):]
+        text = text[low.rindex("</think>") + len("</think>") :]
     if "```" in text:
         for body in _FENCE.findall(text):
             if "{" in body or "[" in body:

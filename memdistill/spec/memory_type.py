@@ -23,20 +23,29 @@ LABEL_NAMES = {"EM": "episodic memory", "PM": "personal semantic memory", "GM": 
 
 DEFINITIONS = {
     "EM": "Episodic memory: a specific event or occurrence tied to a time, place, people or activity, "
-          "whether it already happened or is planned (\"Last Friday I presented my thesis draft in Lyon\", "
-          "\"I'm meeting my advisor next Tuesday\"). Questions that reveal such an event count too. "
-          "General habits or patterns without a particular occurrence do not.",
+    'whether it already happened or is planned ("Last Friday I presented my thesis draft in Lyon", '
+    '"I\'m meeting my advisor next Tuesday"). Questions that reveal such an event count too. '
+    "General habits or patterns without a particular occurrence do not.",
     "PM": "Personal semantic memory: lasting knowledge about a particular person: identity, background, "
-          "relationships, possessions, preferences, habits, skills, values, intentions (\"I'm vegetarian\", "
-          "\"my sister is a nurse\", \"I prefer short answers\").",
+    'relationships, possessions, preferences, habits, skills, values, intentions ("I\'m vegetarian", '
+    '"my sister is a nurse", "I prefer short answers").',
     "GM": "General semantic memory: general knowledge or objective description not about the speaker: "
-          "facts about the world, explanations of how something works, definitions, instructions, "
-          "recommendations of well-known things (typical of assistant answers).",
+    "facts about the world, explanations of how something works, definitions, instructions, "
+    "recommendations of well-known things (typical of assistant answers).",
 }
-_ALIASES = {"episodic": "EM", "episodic memory": "EM", "em": "EM",
-            "personal": "PM", "personal semantic memory": "PM", "personalized semantic memory": "PM",
-            "pm": "PM", "persona": "PM",
-            "general": "GM", "general semantic memory": "GM", "gm": "GM"}
+_ALIASES = {
+    "episodic": "EM",
+    "episodic memory": "EM",
+    "em": "EM",
+    "personal": "PM",
+    "personal semantic memory": "PM",
+    "personalized semantic memory": "PM",
+    "pm": "PM",
+    "persona": "PM",
+    "general": "GM",
+    "general semantic memory": "GM",
+    "gm": "GM",
+}
 
 
 class TypeLabels(BaseModel):
@@ -75,9 +84,11 @@ Greetings, thanks, bare questions with no content and filler contain none.
 Answer with JSON only: {{"labels": [...]}} using the codes EM, PM, GM; [] for none."""
 
 TEACHER_SYSTEM = _MULTI.format(defs="\n".join(f"- {k}: {v}" for k, v in DEFINITIONS.items()))
-STUDENT_SYSTEM = ("Which memory types does the snippet contain? EM = a specific event or plan, PM = lasting "
-                  "facts or preferences about a person, GM = general knowledge. Reply with JSON only: "
-                  '{"labels": [...]}, [] for none.')
+STUDENT_SYSTEM = (
+    "Which memory types does the snippet contain? EM = a specific event or plan, PM = lasting "
+    "facts or preferences about a person, GM = general knowledge. Reply with JSON only: "
+    '{"labels": [...]}, [] for none.'
+)
 
 _BINARY = """\
 Decide whether a dialogue snippet contains {name}.
@@ -115,8 +126,10 @@ class ParseResult:
         return self.labels is not None
 
     def to_json(self) -> dict:
-        return {"records": [{"labels": self.labels}] if self.labels is not None else [],
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "records": [{"labels": self.labels}] if self.labels is not None else [],
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 def _label(x) -> str | None:
@@ -149,7 +162,8 @@ def parse(raw: str | None) -> ParseResult:
         found = [lab for lab in LABELS if re.search(rf"\b({lab}|{LABEL_NAMES[lab]})\b", raw, re.I)]
         if found or re.fullmatch(r"\W*none\W*", raw.strip(), re.I):
             res.problems = [p for p in res.problems if p.code != "no_json"] + [
-                Problem("labels_from_text", "labels read from plain text")]
+                Problem("labels_from_text", "labels read from plain text")
+            ]
             res.labels = found
         elif value is not None:
             res.problems.append(Problem("wrong_shape", 'expected {"labels": [...]}'))

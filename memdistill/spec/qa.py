@@ -40,14 +40,24 @@ def judge_schema() -> dict:
 
 # --- the recalled context -----------------------------------------------------------------------
 
-def render_memory(content: str, said_on=None, time: str = "", location: str = "", reason: str = "",
-                  purpose: str = "", speaker: str | None = None, reply: str | None = None) -> str:
+
+def render_memory(
+    content: str,
+    said_on=None,
+    time: str = "",
+    location: str = "",
+    reason: str = "",
+    purpose: str = "",
+    speaker: str | None = None,
+    reply: str | None = None,
+) -> str:
     """One recalled memory as one line: the date of the message it came from, the sentence, and the
     dimensions that are filled. `reply` is the assistant message attached on demand (DimMem's
     assistant-context recall)."""
     head = f"[{parse_timestamp(said_on).date().isoformat()}] " if said_on else ""
-    dims = [f"{k}: {v}" for k, v in (("time", time), ("location", location), ("reason", reason),
-                                     ("purpose", purpose)) if v]
+    dims = [
+        f"{k}: {v}" for k, v in (("time", time), ("location", location), ("reason", reason), ("purpose", purpose)) if v
+    ]
     line = head + (f"{speaker}: " if speaker else "") + " ".join(content.split())
     if dims:
         line += " (" + "; ".join(dims) + ")"
@@ -127,18 +137,23 @@ gives an answer.
 # Extra rules for question kinds whose references are read differently.
 JUDGE_NOTES = {
     "temporal": "For times and dates: any format counts, and relative expressions count when they point to "
-                "the same day or period as the reference. A count of days, weeks or months that is off by "
-                "one still counts as correct.",
+    "the same day or period as the reference. A count of days, weeks or months that is off by "
+    "one still counts as correct.",
     "update": "The facts changed over time: the answer is correct when it gives the latest value in the "
-              "reference, even if it also mentions the earlier one as history.",
+    "reference, even if it also mentions the earlier one as history.",
     "preference": "The reference describes what a good personalised reply looks like rather than a single "
-                  "fact: the answer is correct when it uses the person's stated preferences in the way the "
-                  "reference describes; it need not cover every point.",
+    "fact: the answer is correct when it uses the person's stated preferences in the way the "
+    "reference describes; it need not cover every point.",
     "abstention": "The reference says the information is not in the conversations: the answer is correct "
-                  "only when it says so too, and wrong when it states an answer.",
+    "only when it says so too, and wrong when it states an answer.",
 }
-_NOTE_FOR_CATEGORY = {"temporal": "temporal", "temporal-reasoning": "temporal", "knowledge-update": "update",
-                      "single-session-preference": "preference", "adversarial": "abstention"}
+_NOTE_FOR_CATEGORY = {
+    "temporal": "temporal",
+    "temporal-reasoning": "temporal",
+    "knowledge-update": "update",
+    "single-session-preference": "preference",
+    "adversarial": "abstention",
+}
 
 
 def judge_note(category: str | None, question_id: str = "") -> str | None:
@@ -148,12 +163,15 @@ def judge_note(category: str | None, question_id: str = "") -> str | None:
     return _NOTE_FOR_CATEGORY.get(category or "")
 
 
-def judge_messages(question: str, reference: str, answer: str, category: str | None = None,
-                   question_id: str = "") -> list[dict]:
+def judge_messages(
+    question: str, reference: str, answer: str, category: str | None = None, question_id: str = ""
+) -> list[dict]:
     note = judge_note(category, question_id)
     system = JUDGE_SYSTEM.format(note=f"{JUDGE_NOTES[note]}\n" if note else "")
-    user = (f"Question: {' '.join(question.split())}\nReference answer: {' '.join(str(reference).split())}\n"
-            f"Answer to grade: {' '.join(str(answer).split())}")
+    user = (
+        f"Question: {' '.join(question.split())}\nReference answer: {' '.join(str(reference).split())}\n"
+        f"Answer to grade: {' '.join(str(answer).split())}"
+    )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -172,8 +190,11 @@ _NEGATIVE = {"wrong", "incorrect", "no", "false", "fail", "inaccurate"}
 # "correct" / "wrong" are verdicts wherever they stand; yes / no / true ... often occur in the reasoning
 # ("no mention of ..."), so they count only when no strong word is there.
 _STRONG = {"correct", "incorrect", "wrong"}
-_VERDICT_WORD = re.compile(r"(?:\b(not|never)\s+|n't\s+)?\b(correct|incorrect|wrong|right|yes|no|true|false|pass|fail|"
-                           r"accurate|inaccurate)\b", re.I)
+_VERDICT_WORD = re.compile(
+    r"(?:\b(not|never)\s+|n't\s+)?\b(correct|incorrect|wrong|right|yes|no|true|false|pass|fail|"
+    r"accurate|inaccurate)\b",
+    re.I,
+)
 _VERDICT_KEYS = ("verdict", "label", "judgement", "judgment", "grade", "result", "correct", "is_correct", "answer")
 
 
@@ -224,4 +245,3 @@ def parse_verdict(raw: str | None) -> VerdictParse:
     if len(set(found)) > 1:
         res.problems.append(Problem("conflicting_verdict", "the text says both; the last verdict was taken"))
     return res
-

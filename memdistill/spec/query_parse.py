@@ -104,8 +104,10 @@ class ParseResult:
         return self.query is not None
 
     def to_json(self) -> dict:
-        return {"records": [self.query.model_dump()] if self.query else [],
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "records": [self.query.model_dump()] if self.query else [],
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 def parse(raw: str | None) -> ParseResult:
@@ -133,7 +135,9 @@ def parse(raw: str | None) -> ParseResult:
 
     nac = norm_bool(value.get("need_assistant_context", False))
     if nac is None:
-        res.problems.append(Problem("bad_bool", f"need_assistant_context {value.get('need_assistant_context')!r} read as false"))
+        res.problems.append(
+            Problem("bad_bool", f"need_assistant_context {value.get('need_assistant_context')!r} read as false")
+        )
         nac = False
 
     types_in = dim.get("target_memory_type") or []
@@ -154,7 +158,9 @@ def parse(raw: str | None) -> ParseResult:
     if qt and qt.split(" ", 1)[0].lower() in ("on", "before", "after", "around", "between"):
         qt = qt[0].lower() + qt[1:]
     if not _QT_RE.match(qt):
-        res.problems.append(Problem("invalid_time", f"time {qt!r} emptied: expected on/before/after/around T or between A and B"))
+        res.problems.append(
+            Problem("invalid_time", f"time {qt!r} emptied: expected on/before/after/around T or between A and B")
+        )
         qt = ""
 
     ad = norm_str(value.get("answer_dim")).lower()
@@ -162,16 +168,21 @@ def parse(raw: str | None) -> ParseResult:
         res.problems.append(Problem("bad_answer_dim", f"answer_dim {value.get('answer_dim')!r} read as ''"))
         ad = ""
 
-    res.query = QueryAnalysis(query_anchor=anchor, need_assistant_context=nac,
-                              dimension=QueryDimension(target_memory_type=types, keywords=kws, time=qt,
-                                                       location=norm_str(dim.get("location"))),
-                              answer_dim=ad)
+    res.query = QueryAnalysis(
+        query_anchor=anchor,
+        need_assistant_context=nac,
+        dimension=QueryDimension(
+            target_memory_type=types, keywords=kws, time=qt, location=norm_str(dim.get("location"))
+        ),
+        answer_dim=ad,
+    )
     return res
 
 
 def time_range(qt: str):
     """(first day, last day) a query time constraint admits, open ends as None; None for ""."""
     from memdistill.spec.extraction import time_bounds
+
     if not qt:
         return None
     op, _, rest = qt.partition(" ")

@@ -31,15 +31,15 @@ def json_schema() -> dict:
 
 
 _POLICY = {
-    "simple": "Keep only memories that directly answer the question or give its essential time or place "
-              "(usually 3-8).",
+    "simple": "Keep only memories that directly answer the question or give its essential time or place (usually 3-8).",
     "hybrid": "Keep every memory that supplies one of the facts the answer must gather or compare; drop the "
-              "rest (usually up to 12).",
+    "rest (usually up to 12).",
     "complex": "Keep memories that bear on the person's preferences, habits, traits or the trend asked "
-               "about, favouring recall over precision (up to 20).",
+    "about, favouring recall over precision (up to 20).",
 }
 
-TEACHER_SYSTEM = """\
+TEACHER_SYSTEM = (
+    """\
 You filter memories recalled for a question, keeping only those that help answer it. You get the
 question, its complexity (simple, hybrid or complex) and numbered candidate memories.
 Keep a memory when it answers the question or gives context the answer needs (its time, place,
@@ -47,12 +47,17 @@ people, or a fact the answer combines). Drop memories on other topics, and relat
 contribute, even when they share words with the question. When memories conflict, keep the most
 recent one and any that explain the change.
 Policy by complexity:
-""" + "\n".join(f"- {k}: {v}" for k, v in _POLICY.items()) + """
+"""
+    + "\n".join(f"- {k}: {v}" for k, v in _POLICY.items())
+    + """
 Answer with JSON only: {"kept_ids": [ids in order of usefulness]}; [] when nothing helps."""
+)
 
-STUDENT_SYSTEM = ('Keep the numbered memories that help answer the question (simple: only direct answers; '
-                  'hybrid: each fact to combine; complex: broader context). Reply with JSON only: '
-                  '{"kept_ids": [...]}')
+STUDENT_SYSTEM = (
+    "Keep the numbered memories that help answer the question (simple: only direct answers; "
+    "hybrid: each fact to combine; complex: broader context). Reply with JSON only: "
+    '{"kept_ids": [...]}'
+)
 
 
 def pair_query(question: str, complexity: str) -> str:
@@ -69,8 +74,10 @@ def user_message(question: str, complexity: str, candidates: list[str]) -> str:
 
 def chat_messages(question: str, complexity: str, candidates: list[str], prompt: str = "student") -> list[dict]:
     system = STUDENT_SYSTEM if prompt == "student" else TEACHER_SYSTEM
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": user_message(question, complexity, candidates)}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_message(question, complexity, candidates)},
+    ]
 
 
 def render_completion(kept_ids) -> str:
@@ -82,7 +89,7 @@ def select(scores, complexity: str, threshold: float = 0.5) -> list[int]:
     at most BUDGETS[complexity]."""
     cut = threshold + THRESHOLD_SHIFT[complexity]
     ranked = sorted(((s, i) for i, s in enumerate(scores, 1) if s >= cut), key=lambda x: (-x[0], x[1]))
-    return [i for _, i in ranked[:BUDGETS[complexity]]]
+    return [i for _, i in ranked[: BUDGETS[complexity]]]
 
 
 @dataclass
@@ -95,8 +102,10 @@ class ParseResult:
         return self.kept_ids is not None
 
     def to_json(self) -> dict:
-        return {"records": [{"kept_ids": self.kept_ids}] if self.kept_ids is not None else [],
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "records": [{"kept_ids": self.kept_ids}] if self.kept_ids is not None else [],
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 def parse(raw: str | None, n_candidates: int | None = None, complexity: str | None = None) -> ParseResult:
@@ -125,7 +134,9 @@ def parse(raw: str | None, n_candidates: int | None = None, complexity: str | No
         else:
             ids.append(i)
     if complexity in BUDGETS and len(ids) > BUDGETS[complexity]:
-        res.problems.append(Problem("over_budget", f"{len(ids)} ids cut to the {complexity} budget {BUDGETS[complexity]}"))
-        ids = ids[:BUDGETS[complexity]]
+        res.problems.append(
+            Problem("over_budget", f"{len(ids)} ids cut to the {complexity} budget {BUDGETS[complexity]}")
+        )
+        ids = ids[: BUDGETS[complexity]]
     res.kept_ids = ids
     return res

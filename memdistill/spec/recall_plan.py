@@ -48,18 +48,28 @@ Complexity:
 Keywords: the 1-3 most important content words or short phrases (actions, objects, place types,
 concepts). Never a person's name or username; no stopwords."""
 
-STUDENT_SYSTEM = ('Classify the question: simple (one recorded fact), hybrid (gather or compare several facts), '
-                  'complex (preferences, traits, prediction, judgement or trends). Give 1-3 keywords, no person '
-                  'names. Reply with JSON only: {"complexity": "...", "keywords": [...]}')
+STUDENT_SYSTEM = (
+    "Classify the question: simple (one recorded fact), hybrid (gather or compare several facts), "
+    "complex (preferences, traits, prediction, judgement or trends). Give 1-3 keywords, no person "
+    'names. Reply with JSON only: {"complexity": "...", "keywords": [...]}'
+)
 
 _TIMEM_CODES = {0: "simple", 1: "hybrid", 2: "complex"}
-_ALIASES = {"simple retrieval": "simple", "hybrid retrieval": "hybrid", "deep retrieval": "complex",
-            "deep": "complex", "factual": "simple", "multi-fact": "hybrid"}
+_ALIASES = {
+    "simple retrieval": "simple",
+    "hybrid retrieval": "hybrid",
+    "deep retrieval": "complex",
+    "deep": "complex",
+    "factual": "simple",
+    "multi-fact": "hybrid",
+}
 
-_STOP = set("""a an the of in on at to for from by with about into over after before is are was were be been
+_STOP = set(
+    """a an the of in on at to for from by with about into over after before is are was were be been
 do does did have has had what which who whom whose when where why how many much i me my mine you your we our
 they their he she his her him it its this that these those and or not any ever there here can could would should
-will shall may might must tell remind please again last first ever""".split())
+will shall may might must tell remind please again last first ever""".split()
+)
 
 
 def user_message(question: str) -> str:
@@ -100,8 +110,10 @@ class ParseResult:
         return self.plan is not None
 
     def to_json(self) -> dict:
-        return {"records": [self.plan.model_dump()] if self.plan else [],
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "records": [self.plan.model_dump()] if self.plan else [],
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 def parse(raw: str | None, names=()) -> ParseResult:
@@ -119,7 +131,9 @@ def parse(raw: str | None, names=()) -> ParseResult:
         c = norm_str(c).lower()
         c = _TIMEM_CODES.get(int(c), c) if c.isdigit() else _ALIASES.get(c, c)
     if c not in COMPLEXITIES:
-        res.problems.append(Problem("bad_complexity", f"complexity {value.get('complexity')!r} is not simple, hybrid or complex"))
+        res.problems.append(
+            Problem("bad_complexity", f"complexity {value.get('complexity')!r} is not simple, hybrid or complex")
+        )
         return res
     kws, notes = norm_keywords(value.get("keywords"))
     res.problems.extend(Problem("keywords_normalised", n) for n in notes)

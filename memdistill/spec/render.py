@@ -15,12 +15,17 @@ CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
 
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True,
-                                        **CHAT_TEMPLATE_KWARGS)
+    out = tokenizer.apply_chat_template(
+        messages, tokenize=True, add_generation_prompt=True, return_dict=True, **CHAT_TEMPLATE_KWARGS
+    )
     return list(out["input_ids"])
 
 
 def sft_row(messages: list[dict], completion: str, **meta) -> dict:
     """A TRL conversational prompt/completion row (completion-only loss) with its metadata."""
-    return {"prompt": messages, "completion": [{"role": "assistant", "content": completion}],
-            "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS), **meta}
+    return {
+        "prompt": messages,
+        "completion": [{"role": "assistant", "content": completion}],
+        "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
+        **meta,
+    }

@@ -29,22 +29,24 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
 from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss, read_meta
-from memdistill.core.config import ConfigError, job_config, load_config
 from memdistill.spec import SCHEMA_VERSION, memory_type, recall_gate, recall_plan
 
 TASKS = ("router", "planner", "gate")
 LABELS = {"router": memory_type.LABELS, "planner": recall_plan.COMPLEXITIES, "gate": ("keep",)}
 # The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
 # regression) and vLLM applies a sigmoid.
-PROBLEM_TYPE = {"router": "multi_label_classification", "planner": "single_label_classification",
-                "gate": "multi_label_classification"}
+PROBLEM_TYPE = {
+    "router": "multi_label_classification",
+    "planner": "single_label_classification",
+    "gate": "multi_label_classification",
+}
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 
 
@@ -91,6 +93,7 @@ def validate(cfg: EncoderConfig) -> None:
 
 # --- data ---------------------------------------------------------------------------------------
 
+
 def _need(row: dict, key: str, where: str):
     if key not in row:
         raise ValueError(f"{where}: missing field {key!r}")
@@ -133,8 +136,10 @@ def read_rows(path: str, task: str, limit: int | None = None) -> list[dict]:
     for line_no, row in read_jsonl(p):
         where = f"{p}:{line_no}"
         if row.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{where}: schema_version {row.get('schema_version')!r} but the spec is "
-                             f"{SCHEMA_VERSION}; rebuild the dataset with `make data`")
+            raise ValueError(
+                f"{where}: schema_version {row.get('schema_version')!r} but the spec is "
+                f"{SCHEMA_VERSION}; rebuild the dataset with `make data`"
+            )
         model_inputs(task, row, where)
         row["_target"] = target(task, row, where)
         rows.append(row)
@@ -142,6 +147,7 @@ def read_rows(path: str, task: str, limit: int | None = None) -> list[dict]:
         raise ValueError(f"{p}: no rows")
     if limit:
         import random
+
         rows = random.Random(0).sample(rows, min(limit, len(rows)))
     return rows
 
@@ -158,6 +164,7 @@ def tokenize(tok, task: str, rows: list[dict], max_length: int):
 
 # --- model --------------------------------------------------------------------------------------
 
+
 def build_model(cfg: EncoderConfig):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -168,8 +175,13 @@ def build_model(cfg: EncoderConfig):
     labels = LABELS[cfg.task]
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForSequenceClassification.from_pretrained(
-        base, num_labels=len(labels), problem_type=PROBLEM_TYPE[cfg.task], dtype=torch.float32,
-        id2label=dict(enumerate(labels)), label2id={lab: i for i, lab in enumerate(labels)})
+        base,
+        num_labels=len(labels),
+        problem_type=PROBLEM_TYPE[cfg.task],
+        dtype=torch.float32,
+        id2label=dict(enumerate(labels)),
+        label2id={lab: i for i, lab in enumerate(labels)},
+    )
     return model, tok
 
 
@@ -185,10 +197,15 @@ def _compute_metrics(task: str):
     def compute(pred) -> dict:
         logits, labels = pred.predictions, pred.label_ids
         if task == "planner":
-            return {"macro_f1": f1_score(labels, logits.argmax(-1), average="macro", labels=[0, 1, 2], zero_division=0),
-                    "accuracy": float((logits.argmax(-1) == labels).mean())}
-        aps = [average_precision_score(labels[:, k], logits[:, k]) for k in range(labels.shape[1]) if labels[:, k].any()]
+            return {
+                "macro_f1": f1_score(labels, logits.argmax(-1), average="macro", labels=[0, 1, 2], zero_division=0),
+                "accuracy": float((logits.argmax(-1) == labels).mean()),
+            }
+        aps = [
+            average_precision_score(labels[:, k], logits[:, k]) for k in range(labels.shape[1]) if labels[:, k].any()
+        ]
         return {"macro_ap" if task == "router" else "ap": float(np.mean(aps)) if aps else 0.0}
+
     return compute
 
 
@@ -201,19 +218,34 @@ def training_args(cfg: EncoderConfig, use_cpu: bool):
     per_epoch = cfg.save_steps is None
     evaluate = bool(cfg.eval_file)
     return TrainingArguments(
-        output_dir=cfg.output_dir, learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_train_batch_size,
+        output_dir=cfg.output_dir,
+        learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay,
-        bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16",
-        gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, data_seed=cfg.seed,
-        logging_steps=cfg.logging_steps, save_strategy="epoch" if per_epoch else "steps",
-        save_steps=cfg.save_steps or 500, save_total_limit=cfg.save_total_limit,
-        eval_strategy=("epoch" if per_epoch else "steps") if evaluate else "no", eval_steps=cfg.save_steps,
-        load_best_model_at_end=evaluate, metric_for_best_model=_metric_name(cfg.task) if evaluate else None,
-        greater_is_better=True, report_to=cfg.report_to, use_cpu=use_cpu,
-        dataloader_num_workers=cfg.dataloader_num_workers, disable_tqdm=False,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        weight_decay=cfg.weight_decay,
+        bf16=cfg.dtype == "bfloat16",
+        fp16=cfg.dtype == "float16",
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="epoch" if per_epoch else "steps",
+        save_steps=cfg.save_steps or 500,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy=("epoch" if per_epoch else "steps") if evaluate else "no",
+        eval_steps=cfg.save_steps,
+        load_best_model_at_end=evaluate,
+        metric_for_best_model=_metric_name(cfg.task) if evaluate else None,
+        greater_is_better=True,
+        report_to=cfg.report_to,
+        use_cpu=use_cpu,
+        dataloader_num_workers=cfg.dataloader_num_workers,
+        disable_tqdm=False,
     )
 
 
@@ -230,15 +262,21 @@ def build_trainer(cfg: EncoderConfig):
     train_rows = read_rows(cfg.train_file, cfg.task, cfg.max_train_rows)
     dev_rows = read_rows(cfg.eval_file, cfg.task) if cfg.eval_file else None
     evaluate = dev_rows is not None
-    trainer = Trainer(model=model, args=args, train_dataset=tokenize(tok, cfg.task, train_rows, cfg.max_length),
-                      eval_dataset=tokenize(tok, cfg.task, dev_rows, cfg.max_length) if evaluate else None,
-                      processing_class=tok, data_collator=DataCollatorWithPadding(tok),
-                      compute_metrics=_compute_metrics(cfg.task) if evaluate else None)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=tokenize(tok, cfg.task, train_rows, cfg.max_length),
+        eval_dataset=tokenize(tok, cfg.task, dev_rows, cfg.max_length) if evaluate else None,
+        processing_class=tok,
+        data_collator=DataCollatorWithPadding(tok),
+        compute_metrics=_compute_metrics(cfg.task) if evaluate else None,
+    )
     trainer.dev_rows = dev_rows
     return trainer
 
 
 # --- in-process inference (what the served model answers) ------------------------------------------
+
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
@@ -254,7 +292,9 @@ class Encoder:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.dir = Path(model_dir) if model_dir else None
-        self.model = (model or AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)).eval()
+        self.model = (
+            model or AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+        ).eval()
         self.tok = tok or AutoTokenizer.from_pretrained(model_dir)
         self.meta = getattr(self.model.config, "memdistill", None) or {}
         self.task = self.meta.get("task") or _task_of(self.model.config)
@@ -267,9 +307,14 @@ class Encoder:
 
         out = []
         for i in range(0, len(inputs), self.batch_size):
-            cols = list(zip(*inputs[i:i + self.batch_size]))
-            enc = self.tok(*[list(c) for c in cols], truncation=True, padding=True, return_tensors="pt",
-                           max_length=self.tok.model_max_length if self.tok.model_max_length < 10**6 else 512)
+            cols = list(zip(*inputs[i : i + self.batch_size]))
+            enc = self.tok(
+                *[list(c) for c in cols],
+                truncation=True,
+                padding=True,
+                return_tensors="pt",
+                max_length=self.tok.model_max_length if self.tok.model_max_length < 10**6 else 512,
+            )
             enc = {k: v.to(self.device) for k, v in enc.items() if k in self.tok.model_input_names}
             with torch.no_grad():
                 logits = self.model(**enc).logits.float()
@@ -282,8 +327,7 @@ class Encoder:
         return [memory_type.from_probs(p) for p in self.scores([(memory_type.encoder_text(s),) for s in snippets])]
 
     def complexity(self, questions: list[str]) -> list[str]:
-        return [complexity_of(p)
-                for p in self.scores([(" ".join(q.split()),) for q in questions])]
+        return [complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
 
     def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
         q = recall_gate.pair_query(question, complexity)
@@ -305,6 +349,7 @@ def _task_of(config) -> str:
 
 # --- thresholds -----------------------------------------------------------------------------------
 
+
 def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid) -> dict[str, float]:
     """Router: per label, the grid value maximising that label's dev F1 (ties: nearest 0.5).
     Gate: one value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples."""
@@ -317,7 +362,7 @@ def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid)
         out = {}
         for k, lab in enumerate(memory_type.LABELS):
             gold = [r["_target"][k] == 1.0 for r in rows]
-            out[lab] = best(lambda t: binary_prf([p[k] >= t for p in probs], gold)["f1"])
+            out[lab] = best(lambda t, k=k, gold=gold: binary_prf([p[k] >= t for p in probs], gold)["f1"])
         return out
     if task == "gate":
         examples = gate_examples(rows, [p[0] for p in probs])
@@ -343,6 +388,7 @@ def _out_layer(model):
 
 # --- export + report ------------------------------------------------------------------------------
 
+
 def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | None, summary: dict) -> Path:
     """Write output_dir/model atomically: servable weights with folded thresholds, tokenizer, id2label,
     thresholds.json, memdistill.json and a README model card."""
@@ -351,15 +397,25 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
     folded = bool(thresholds) and cfg.fold_thresholds
     if folded:
         fold_thresholds(model, thresholds)
-    meta = {"task": cfg.task, "schema_version": SCHEMA_VERSION, "labels": list(LABELS[cfg.task]),
-            "thresholds": thresholds, "thresholds_folded": folded,
-            "decision": _decision_rule(cfg.task, thresholds, folded), "base_model": cfg.model}
+    meta = {
+        "task": cfg.task,
+        "schema_version": SCHEMA_VERSION,
+        "labels": list(LABELS[cfg.task]),
+        "thresholds": thresholds,
+        "thresholds_folded": folded,
+        "decision": _decision_rule(cfg.task, thresholds, folded),
+        "base_model": cfg.model,
+    }
     model.config.memdistill = meta
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         trainer.processing_class.save_pretrained(tmp)
-        write_json(tmp / "thresholds.json", {k: meta[k] for k in ("task", "thresholds", "thresholds_folded", "decision")})
-        write_json(tmp / "memdistill.json", {**meta, "config": asdict(cfg), "dev": dev_metrics, "training_summary": summary})
+        write_json(
+            tmp / "thresholds.json", {k: meta[k] for k in ("task", "thresholds", "thresholds_folded", "decision")}
+        )
+        write_json(
+            tmp / "memdistill.json", {**meta, "config": asdict(cfg), "dev": dev_metrics, "training_summary": summary}
+        )
     write_card(out)
     return out
 
@@ -367,11 +423,15 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
 def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
     if task == "planner":
         return "argmax of the softmax over simple / hybrid / complex"
-    where = "folded into the bias: every served probability is cut at 0.5" if folded else "apply them to the probabilities"
+    where = (
+        "folded into the bias: every served probability is cut at 0.5" if folded else "apply them to the probabilities"
+    )
     if task == "router":
         return f"label k present when sigmoid_k >= 0.5 (dev-tuned thresholds {thresholds}, {where}); none when no label"
-    return (f"recall_gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
-            f"{recall_gate.BUDGETS} (dev-tuned threshold {thresholds.get('keep')}, {where})")
+    return (
+        f"recall_gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
+        f"{recall_gate.BUDGETS} (dev-tuned threshold {thresholds.get('keep')}, {where})"
+    )
 
 
 def write_card(model_dir, test_metrics: dict | None = None) -> None:
@@ -382,28 +442,52 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         meta["test"] = test_metrics
         write_json(model_dir / "memdistill.json", meta)
     c = meta["config"]
-    what = {"router": "TriMEM memory type router: a snippet -> a subset of EM / PM / GM (none = no label); `memdistill.spec.memory_type`",
-            "planner": "TiMem recall planner: a question -> simple / hybrid / complex; `memdistill.spec.recall_plan`",
-            "gate": "TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep "
-                    "probability; `memdistill.spec.recall_gate`"}[meta["task"]]
-    lines = card_front_matter(["memdistill", meta["task"], "text-classification"]) + [
-             f"# memdistill {meta['task']}", "", what + f" (spec schema {meta['schema_version']}).", "",
-             f"- labels (id2label): {', '.join(meta['labels'])}",
-             f"- decision: {meta['decision']}",
-             f"- tuned thresholds: {json.dumps(meta['thresholds']) if meta['thresholds'] else 'none (argmax)'}"
-             + (" (already folded into the classifier bias)" if meta["thresholds_folded"] else ""), "",
-             "## Training", "",
-             f"- base model: `{meta['base_model']}`; data: `{c['train_file']}` (dev: `{c['eval_file']}`)",
-             ] + card_training(c, meta.get("training_summary"))
-    for name, figures in (("dev split (best epoch, tuned thresholds)", meta.get("dev")), ("gold test split", meta.get("test"))):
+    what = {
+        "router": "TriMEM memory type router: a snippet -> a subset of EM / PM / GM (none = no label); "
+        "`memdistill.spec.memory_type`",
+        "planner": "TiMem recall planner: a question -> simple / hybrid / complex; `memdistill.spec.recall_plan`",
+        "gate": "TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep "
+        "probability; `memdistill.spec.recall_gate`",
+    }[meta["task"]]
+    lines = (
+        card_front_matter(["memdistill", meta["task"], "text-classification"])
+        + [
+            f"# memdistill {meta['task']}",
+            "",
+            what + f" (spec schema {meta['schema_version']}).",
+            "",
+            f"- labels (id2label): {', '.join(meta['labels'])}",
+            f"- decision: {meta['decision']}",
+            f"- tuned thresholds: {json.dumps(meta['thresholds']) if meta['thresholds'] else 'none (argmax)'}"
+            + (" (already folded into the classifier bias)" if meta["thresholds_folded"] else ""),
+            "",
+            "## Training",
+            "",
+            f"- base model: `{meta['base_model']}`; data: `{c['train_file']}` (dev: `{c['eval_file']}`)",
+        ]
+        + card_training(c, meta.get("training_summary"))
+    )
+    for name, figures in (
+        ("dev split (best epoch, tuned thresholds)", meta.get("dev")),
+        ("gold test split", meta.get("test")),
+    ):
         if figures:
             lines += card_metrics(f"Evaluation: {name}", figures)
     if not meta.get("test"):
         lines += ["", "Test split: not evaluated yet (`make eval-encoders`)."]
-    lines += ["", "## Serving", "",
-              "`memdistill serve` starts it as a vLLM pooling server (`--runner pooling`): "
-              + ("`POST /score` with the pair (pair_query(question, complexity), candidate)" if meta["task"] == "gate"
-                 else "`POST /classify`") + "; the SDK (`memdistill.serve.client.MemoryModels`) turns the scores into decisions.", ""]
+    lines += [
+        "",
+        "## Serving",
+        "",
+        "`memdistill serve` starts it as a vLLM pooling server (`--runner pooling`): "
+        + (
+            "`POST /score` with the pair (pair_query(question, complexity), candidate)"
+            if meta["task"] == "gate"
+            else "`POST /classify`"
+        )
+        + "; the SDK (`memdistill.serve.client.MemoryModels`) turns the scores into decisions.",
+        "",
+    ]
     write_text(model_dir / "README.md", "\n".join(lines))
 
 
@@ -415,8 +499,7 @@ def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
     if task == "router":
         return router_scores([memory_type.from_probs(p) for p in scores], [r["labels"] for r in rows])
     if task == "planner":
-        return planner_scores([complexity_of(p) for p in scores],
-                              [r["label"] for r in rows])
+        return planner_scores([complexity_of(p) for p in scores], [r["label"] for r in rows])
     return gate_scores(gate_examples(rows, [p[0] for p in scores]))
 
 
@@ -440,8 +523,12 @@ def train(cfg: EncoderConfig) -> dict:
         write_json(out / "memdistill.json", {**read_meta(out), "dev": dev, "training_summary": summary})
         write_card(out)
     write_json(Path(cfg.output_dir) / "summary.json", summary)
-    plot_loss(trainer.state.log_history, Path(cfg.output_dir) / "loss.png", f"{cfg.task} on {cfg.model.split('/')[-1]}",
-              ylabel="BCE" if cfg.task != "planner" else "cross-entropy")
+    plot_loss(
+        trainer.state.log_history,
+        Path(cfg.output_dir) / "loss.png",
+        f"{cfg.task} on {cfg.model.split('/')[-1]}",
+        ylabel="BCE" if cfg.task != "planner" else "cross-entropy",
+    )
     return summary
 
 
@@ -450,19 +537,32 @@ def run_summary(trainer, cfg: EncoderConfig, wall: float, result, resumed_from, 
     history = trainer.state.log_history
     losses = [h["loss"] for h in history if "loss" in h]
     steps = trainer.state.global_step
-    return {"task": cfg.task, "model": cfg.model, "schema_version": SCHEMA_VERSION, "steps": steps,
-            "epochs": trainer.state.epoch, "first_loss": round(losses[0], 4) if losses else None,
-            "final_loss": round(losses[-1], 4) if losses else None, "train_loss": round(result.training_loss, 4),
-            "best_checkpoint": trainer.state.best_model_checkpoint, "best_dev_metric": trainer.state.best_metric,
-            "wall_time_s": round(wall, 1), "s_per_step": round(wall / steps, 3) if steps and not resumed_from else None,
-            "peak_memory_mb": round(peak_memory_mb(), 1), "resumed_from": resumed_from,
-            "train_rows": len(trainer.train_dataset), "thresholds": thresholds,
-            "model_dir": str(Path(cfg.output_dir) / "model")}
+    return {
+        "task": cfg.task,
+        "model": cfg.model,
+        "schema_version": SCHEMA_VERSION,
+        "steps": steps,
+        "epochs": trainer.state.epoch,
+        "first_loss": round(losses[0], 4) if losses else None,
+        "final_loss": round(losses[-1], 4) if losses else None,
+        "train_loss": round(result.training_loss, 4),
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "best_dev_metric": trainer.state.best_metric,
+        "wall_time_s": round(wall, 1),
+        "s_per_step": round(wall / steps, 3) if steps and not resumed_from else None,
+        "peak_memory_mb": round(peak_memory_mb(), 1),
+        "resumed_from": resumed_from,
+        "train_rows": len(trainer.train_dataset),
+        "thresholds": thresholds,
+        "model_dir": str(Path(cfg.output_dir) / "model"),
+    }
 
 
 def main(argv=None, task: str | None = None) -> int:
     """`task`: set by `memdistill train <task>`; the config must agree with it."""
-    cfg = job_config(EncoderConfig, argv, f"memdistill train {task or 'router|planner|gate'}", __doc__, config_required=True)
+    cfg = job_config(
+        EncoderConfig, argv, f"memdistill train {task or 'router|planner|gate'}", __doc__, config_required=True
+    )
     if task and cfg.task != task:
         raise ConfigError(f"this config trains task {cfg.task!r}, not {task!r}: use configs/training/{task}_*.yaml")
     print(json.dumps(train(cfg), indent=1))

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from memdistill.core.config import job_config
 from memdistill.core.io import read_jsonl, require_dataset, write_json
 from memdistill.core.report import peak_memory_mb, plot_loss
-from memdistill.core.config import job_config, load_config
 from memdistill.spec import SCHEMA_VERSION
 
 DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -93,8 +92,10 @@ def load_rows(path: str, tasks, limit: int | None = None):
         raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
     for line_no, row in read_jsonl(p):
         if row.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{p}:{line_no}: schema_version {row.get('schema_version')!r} but the spec is "
-                             f"{SCHEMA_VERSION}; rebuild the dataset with `make data`")
+            raise ValueError(
+                f"{p}:{line_no}: schema_version {row.get('schema_version')!r} but the spec is "
+                f"{SCHEMA_VERSION}; rebuild the dataset with `make data`"
+            )
     ds = datasets.load_dataset("json", data_files=str(p), split="train")
     ds = ds.filter(lambda r: r["task"] in tasks)
     keep = ["prompt", "completion", "chat_template_kwargs"]
@@ -106,6 +107,7 @@ def load_rows(path: str, tasks, limit: int | None = None):
 
 def _torch_dtype(name: str):
     import torch
+
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
@@ -129,8 +131,13 @@ def quantization_config(cfg: ExtractorConfig):
     if not cfg.load_in_4bit:
         return None
     from transformers import BitsAndBytesConfig
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=_torch_dtype(cfg.dtype))
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=_torch_dtype(cfg.dtype),
+    )
 
 
 def sft_args(cfg: ExtractorConfig, use_cpu: bool):
@@ -140,21 +147,36 @@ def sft_args(cfg: ExtractorConfig, use_cpu: bool):
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=cfg.output_dir, completion_only_loss=True, max_length=cfg.max_length,
-        packing=cfg.packing, padding_free=cfg.padding_free,
-        learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
+        output_dir=cfg.output_dir,
+        completion_only_loss=True,
+        max_length=cfg.max_length,
+        packing=cfg.packing,
+        padding_free=cfg.padding_free,
+        learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay,
-        bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16",
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        weight_decay=cfg.weight_decay,
+        bf16=cfg.dtype == "bfloat16",
+        fp16=cfg.dtype == "float16",
         # transformers 5 checkpoints non-reentrantly by default and TRL calls enable_input_require_grads for
         # PEFT (and forces reentrant under DeepSpeed ZeRO-3, which needs it): nothing to add here.
-        gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, data_seed=cfg.seed,
-        logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
-        eval_strategy="steps" if cfg.eval_file and cfg.eval_steps else "no", eval_steps=cfg.eval_steps,
-        report_to=cfg.report_to, use_cpu=use_cpu, dataloader_num_workers=cfg.dataloader_num_workers,
+        eval_strategy="steps" if cfg.eval_file and cfg.eval_steps else "no",
+        eval_steps=cfg.eval_steps,
+        report_to=cfg.report_to,
+        use_cpu=use_cpu,
+        dataloader_num_workers=cfg.dataloader_num_workers,
         disable_tqdm=False,
     )
 
@@ -174,8 +196,8 @@ def build_trainer(cfg: ExtractorConfig):
         if f:
             require_dataset(f, cfg.data_config)
     # The arguments come before the model: they set up the distributed state, so that a 4-bit base loads on
-    # this rank's GPU and DeepSpeed ZeRO-3 (zero3_init_flag) partitions the weights while they load instead
-    # of every rank loading the whole model first.
+    # this rank's GPU, and DeepSpeed ZeRO-3 (zero3_init_flag) and FSDP (cpu_ram_efficient_loading) shard the
+    # weights as they load instead of every rank loading the whole model first.
     args = sft_args(cfg, use_cpu=not torch.cuda.is_available())
     base = model_path(cfg.model)
     tok = AutoTokenizer.from_pretrained(base)
@@ -183,19 +205,28 @@ def build_trainer(cfg: ExtractorConfig):
         tok.pad_token = tok.eos_token
     # QLoRA needs no prepare_model_for_kbit_training here: TRL 1.16 does the preparation it still needs
     # (input grads under checkpointing, bf16 adapters on a 4-bit base; huggingface/trl#4577).
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=_torch_dtype(cfg.dtype),
-                                                 quantization_config=quantization_config(cfg))
+    model = AutoModelForCausalLM.from_pretrained(
+        base, dtype=_torch_dtype(cfg.dtype), quantization_config=quantization_config(cfg)
+    )
     train = load_rows(cfg.train_file, cfg.tasks, cfg.max_train_rows)
     evald = load_rows(cfg.eval_file, cfg.tasks) if cfg.eval_file else None
-    peft_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=list(cfg.target_modules), task_type="CAUSAL_LM", bias="none",
-                          layers_to_transform=cfg.layers_to_transform)
-    return SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok,
-                      peft_config=peft_cfg)
+    peft_cfg = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.target_modules),
+        task_type="CAUSAL_LM",
+        bias="none",
+        layers_to_transform=cfg.layers_to_transform,
+    )
+    return SFTTrainer(
+        model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok, peft_config=peft_cfg
+    )
 
 
 def last_checkpoint(output_dir: str) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
+
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
@@ -227,13 +258,22 @@ def train(cfg: ExtractorConfig) -> dict:
     trainer = build_trainer(cfg)
     result, wall, resume = train_resuming(trainer, cfg.output_dir)
     out = Path(cfg.output_dir)
-    trainer.model.save_pretrained(out / "adapter")
-    trainer.processing_class.save_pretrained(out / "adapter")
-    windows, window_rows = training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {})
-    write_json(out / "adapter" / "memdistill.json",
-               {"base_model": cfg.model, "schema_version": SCHEMA_VERSION, "training_windows": windows,
-                "training_window_rows": window_rows, "config": asdict(cfg)})
+    # save_model, not model.save_pretrained: under ZeRO-3 / FSDP each rank holds a shard, and the Trainer
+    # gathers the adapter and writes it (with the tokenizer) from the main process only
+    trainer.save_model(str(out / "adapter"))
     summary = write_run_report(trainer, cfg, wall, result, resumed_from=resume)
+    if trainer.is_world_process_zero():
+        windows, window_rows = training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {})
+        write_json(
+            out / "adapter" / "memdistill.json",
+            {
+                "base_model": cfg.model,
+                "schema_version": SCHEMA_VERSION,
+                "training_windows": windows,
+                "training_window_rows": window_rows,
+                "config": asdict(cfg),
+            },
+        )
     return summary
 
 
@@ -242,17 +282,24 @@ def write_run_report(trainer, cfg, wall: float, result, resumed_from=None) -> di
     losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
     tokens = max((h.get("num_tokens", 0) for h in history), default=0)
     summary = {
-        "model": cfg.model, "schema_version": SCHEMA_VERSION, "steps": trainer.state.global_step,
-        "epochs": trainer.state.epoch, "final_loss": losses[-1][1] if losses else None,
-        "first_loss": losses[0][1] if losses else None, "train_loss": result.training_loss,
-        "wall_time_s": round(wall, 1), "tokens": int(tokens),
+        "model": cfg.model,
+        "schema_version": SCHEMA_VERSION,
+        "steps": trainer.state.global_step,
+        "epochs": trainer.state.epoch,
+        "final_loss": losses[-1][1] if losses else None,
+        "first_loss": losses[0][1] if losses else None,
+        "train_loss": result.training_loss,
+        "wall_time_s": round(wall, 1),
+        "tokens": int(tokens),
         "tokens_per_s": round(tokens / wall, 1) if wall and tokens and not resumed_from else None,
-        "peak_memory_mb": round(peak_memory_mb(), 1), "resumed_from": resumed_from,
+        "peak_memory_mb": round(peak_memory_mb(), 1),
+        "resumed_from": resumed_from,
         "train_rows": len(trainer.train_dataset),
     }
-    out = Path(cfg.output_dir)
-    write_json(out / "summary.json", summary)
-    plot_loss(history, out / "loss.png", f"extractor LoRA on {cfg.model.split('/')[-1]}")
+    if trainer.is_world_process_zero():
+        out = Path(cfg.output_dir)
+        write_json(out / "summary.json", summary)
+        plot_loss(history, out / "loss.png", f"extractor LoRA on {cfg.model.split('/')[-1]}")
     return summary
 
 

@@ -43,7 +43,9 @@ def merge(cfg: MergeConfig) -> Path:
         raise FileNotFoundError(f"{adapter}: no trained adapter (expected {meta_path}); run `make train-extractor`")
     meta = json.loads(meta_path.read_text())
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{meta_path}: adapter trained for schema {meta.get('schema_version')}, the spec is {SCHEMA_VERSION}")
+        raise ValueError(
+            f"{meta_path}: adapter trained for schema {meta.get('schema_version')}, the spec is {SCHEMA_VERSION}"
+        )
     base = model_path(meta["base_model"])
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.dtype]
     model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
@@ -52,8 +54,11 @@ def merge(cfg: MergeConfig) -> Path:
     with atomic_dir(cfg.output_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        gen = (GenerationConfig.from_pretrained(base) if (Path(base) / "generation_config.json").exists()
-               else GenerationConfig())
+        gen = (
+            GenerationConfig.from_pretrained(base)
+            if (Path(base) / "generation_config.json").exists()
+            else GenerationConfig()
+        )
         gen.eos_token_id = tok.eos_token_id
         gen.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         gen.do_sample = False
@@ -75,26 +80,46 @@ def write_card(model_dir, evaluation: dict | None = None) -> None:
 
 def model_card(meta: dict, evaluation: dict | None) -> str:
     c = meta["config"]
-    lines = card_front_matter(["memdistill", "lora", "memory-extraction", "dimmem"]) + [
-        "# memdistill extractor", "",
-        "Writes DimMem memory records from a dialogue window and parses memory queries "
-        f"(spec schema {SCHEMA_VERSION}). Prompts, output schema and parser: `memdistill.spec.extraction` and "
-        "`memdistill.spec.query_parse`.", "",
-        "## Training", "",
-        f"- base model: `{meta['base_model']}`",
-        f"- data: `{c['train_file']}` (tasks: {', '.join(c['tasks'])})",
-        f"- windows (W/O per conversation style, most rows first): {describe_windows(meta.get('training_windows') or {})}"
-        " — `memdistill serve` and `MemoryModels.extract(conversation)` use the first of each style by default",
-        f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, targets: {', '.join(c['target_modules'])}"
-        + (f", layers {c['layers_to_transform']}" if c.get("layers_to_transform") else ", all layers"),
-    ] + card_training(c, meta.get("training_summary"))
+    lines = (
+        card_front_matter(["memdistill", "lora", "memory-extraction", "dimmem"])
+        + [
+            "# memdistill extractor",
+            "",
+            "Writes DimMem memory records from a dialogue window and parses memory queries "
+            f"(spec schema {SCHEMA_VERSION}). Prompts, output schema and parser: `memdistill.spec.extraction` and "
+            "`memdistill.spec.query_parse`.",
+            "",
+            "## Training",
+            "",
+            f"- base model: `{meta['base_model']}`",
+            f"- data: `{c['train_file']}` (tasks: {', '.join(c['tasks'])})",
+            "- windows (W/O per conversation style, most rows first): "
+            f"{describe_windows(meta.get('training_windows') or {})} — `memdistill serve` and "
+            "`MemoryModels.extract(conversation)` use the first of each style by default",
+            f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, "
+            f"targets: {', '.join(c['target_modules'])}"
+            + (f", layers {c['layers_to_transform']}" if c.get("layers_to_transform") else ", all layers"),
+        ]
+        + card_training(c, meta.get("training_summary"))
+    )
     if evaluation:
-        lines += ["", "## Evaluation", "", f"On the gold {evaluation.get('split', 'test')} split ({evaluation.get('source', '')}):"]
+        lines += [
+            "",
+            "## Evaluation",
+            "",
+            f"On the gold {evaluation.get('split', 'test')} split ({evaluation.get('source', '')}):",
+        ]
         lines += [""] + card_metrics(None, {g: evaluation.get(g, {}) for g in ("extraction", "query_parse")})
     else:
         lines += ["", "## Evaluation", "", "Not evaluated yet: run `make eval`."]
-    lines += ["", "## Serving", "", "`make serve` (vLLM OpenAI-compatible server, thinking off by default); "
-              "the client SDK is `memdistill.serve.client.MemoryModels`.", ""]
+    lines += [
+        "",
+        "## Serving",
+        "",
+        "`make serve` (vLLM OpenAI-compatible server, thinking off by default); "
+        "the client SDK is `memdistill.serve.client.MemoryModels`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -20,11 +20,17 @@ from memdistill.spec import extraction
 class DimmemExtraction(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
-            description=__doc__, citation="", inputs_description=__doc__,
-            features=datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}))
+            description=__doc__,
+            citation="",
+            inputs_description=__doc__,
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
+        )
 
-    def _compute(self, predictions, references, similarity="embedding", threshold=None, prompt_tokens=None,
-                 output_tokens=None):
+    def _compute(
+        self, predictions, references, similarity="embedding", threshold=None, prompt_tokens=None, output_tokens=None
+    ):
         n = len(predictions)
         for name, counts in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
             if counts is not None and len(counts) != n:
@@ -35,8 +41,15 @@ class DimmemExtraction(evaluate.Metric):
             try:
                 gold = extraction.ExtractionOutput.model_validate_json(ref).memories
             except ValueError as e:
-                raise ValueError(f"references[{k}] is not a valid {{\"memories\": [...]}} document: "
-                                 f"{str(e).splitlines()[0]}") from None
-            scores.add(raw, pred.records, gold, pred.ok, prompt_tokens=prompt_tokens[k] if prompt_tokens else 0,
-                       output_tokens=output_tokens[k] if output_tokens else 0)
+                raise ValueError(
+                    f'references[{k}] is not a valid {{"memories": [...]}} document: {str(e).splitlines()[0]}'
+                ) from None
+            scores.add(
+                raw,
+                pred.records,
+                gold,
+                pred.ok,
+                prompt_tokens=prompt_tokens[k] if prompt_tokens else 0,
+                output_tokens=output_tokens[k] if output_tokens else 0,
+            )
         return scores.summary()
