@@ -13,7 +13,7 @@ Sections:
   transformers `generate` on the same model (output tokens/s ratio); prompt tokens per window with the
   student prompt against the teacher prompt.
 - teacher: windows/s of the extraction labelling job (memdistill.data.label) at concurrency 1, 4, 16 and 64
-  against the fake OpenAI-compatible teacher (tests/fake_openai.py, in its own process) with a fixed
+  against the fake OpenAI-compatible teacher (memdistill/data/fake_teacher.py, in its own process) with a fixed
   per-request latency;
   speed-up over concurrency 1 next to the ideal min(c, windows).
 - encoders: milliseconds per decision of the trained router and planner through vLLM `/classify`
