@@ -49,6 +49,12 @@ def coerce(name: str, tp, value, where: str):
     return value
 
 
+def _missing(fields: dict, values: dict) -> list[str]:
+    """Required fields (no default) that were given no value."""
+    return [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING]  # fmt: skip
+
+
 def from_mapping(cls, data, where: str):
     """A nested config dataclass from a mapping; unknown and missing keys are errors naming `where`."""
     if not isinstance(data, dict):
@@ -59,11 +65,7 @@ def from_mapping(cls, data, where: str):
         raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {', '.join(fields)})")
     hints = typing.get_type_hints(cls)
     values = {k: coerce(k, hints[k], v, where) for k, v in data.items()}
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    missing = _missing(fields, values)
     if missing:
         raise ConfigError(f"{where}: missing required key(s) {missing}")
     return cls(**values)
@@ -128,11 +130,7 @@ def load_config(cls, path=None, overrides=(), base: dict | None = None):
         if k not in fields:
             raise ConfigError(f"override {item!r}: unknown key {k!r} for {cls.__name__}")
         values[k] = coerce(k, hints[k], yaml.safe_load(raw) if raw.strip() else "", f"override {item!r}")
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    missing = _missing(fields, values)
     if missing:
         raise ConfigError(f"{path or 'config'}: missing required key(s) {missing} for {cls.__name__}")
     return cls(**values)

@@ -85,21 +85,14 @@ def describe_training_windows(model: str) -> str:
     )
 
 
+def _server_command(cfg: ServeConfig, port: int, name: str, max_model_len: int) -> list[str]:
+    """What every vLLM server memdistill starts is told: where to listen, its name, context and dtype."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", cfg.host, "--port", str(port),
+            "--served-model-name", name, "--max-model-len", str(max_model_len), "--dtype", cfg.dtype]  # fmt: skip
+
+
 def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--host",
-        cfg.host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        cfg.served_model_name,
-        "--max-model-len",
-        str(cfg.max_model_len),
-        "--dtype",
-        cfg.dtype,
+    cmd = _server_command(cfg, port, cfg.served_model_name, cfg.max_model_len) + [
         "--default-chat-template-kwargs",
         json.dumps(CHAT_TEMPLATE_KWARGS),
         "--generation-config",
@@ -128,25 +121,8 @@ def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
 
 
 def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--host",
-        cfg.host,
-        "--port",
-        str(port),
-        "--model",
-        model,
-        "--served-model-name",
-        f"memdistill-{name}",
-        "--runner",
-        "pooling",
-        "--max-model-len",
-        str(cfg.encoder_max_model_len),
-        "--dtype",
-        cfg.dtype,
-    ]
+    cmd = _server_command(cfg, port, f"memdistill-{name}", cfg.encoder_max_model_len)
+    cmd += ["--model", model, "--runner", "pooling"]
     if _has_gpu():
         cmd += ["--gpu-memory-utilization", str(cfg.encoder_gpu_memory_utilization)]
     return cmd

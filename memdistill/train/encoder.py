@@ -37,6 +37,7 @@ from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
 from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss, read_meta
 from memdistill.spec import SCHEMA_VERSION, memory_type, recall_gate, recall_plan
+from memdistill.train.extractor import optimisation_args, run_args
 
 TASKS = ("router", "planner", "gate")
 LABELS = {"router": memory_type.LABELS, "planner": recall_plan.COMPLEXITIES, "gate": ("keep",)}
@@ -218,22 +219,7 @@ def training_args(cfg: EncoderConfig, use_cpu: bool):
     per_epoch = cfg.save_steps is None
     evaluate = bool(cfg.eval_file)
     return TrainingArguments(
-        output_dir=cfg.output_dir,
-        learning_rate=cfg.learning_rate,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        weight_decay=cfg.weight_decay,
-        bf16=cfg.dtype == "bfloat16",
-        fp16=cfg.dtype == "float16",
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        logging_steps=cfg.logging_steps,
+        **optimisation_args(cfg),
         save_strategy="epoch" if per_epoch else "steps",
         save_steps=cfg.save_steps or 500,
         save_total_limit=cfg.save_total_limit,
@@ -242,10 +228,7 @@ def training_args(cfg: EncoderConfig, use_cpu: bool):
         load_best_model_at_end=evaluate,
         metric_for_best_model=_metric_name(cfg.task) if evaluate else None,
         greater_is_better=True,
-        report_to=cfg.report_to,
-        use_cpu=use_cpu,
-        dataloader_num_workers=cfg.dataloader_num_workers,
-        disable_tqdm=False,
+        **run_args(cfg, use_cpu),
     )
 
 

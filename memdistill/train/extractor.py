@@ -140,18 +140,11 @@ def quantization_config(cfg: ExtractorConfig):
     )
 
 
-def sft_args(cfg: ExtractorConfig, use_cpu: bool):
-    """The SFTConfig of a run. The mixed-precision flags follow cfg.dtype alone, on every device (CPU autocast
-    runs bf16 too), so a CPU test of a bf16 recipe trains with the same arguments as the GPU run.
-    `use_cpu` must be true where no CUDA device exists: transformers refuses bf16 otherwise."""
-    from trl import SFTConfig
-
-    return SFTConfig(
+def optimisation_args(cfg) -> dict:
+    """The optimisation settings every memdistill trainer passes the same way (extractor and encoders).
+    The mixed-precision flags follow cfg.dtype alone, on every device (CPU autocast runs bf16 too)."""
+    return dict(
         output_dir=cfg.output_dir,
-        completion_only_loss=True,
-        max_length=cfg.max_length,
-        packing=cfg.packing,
-        padding_free=cfg.padding_free,
         learning_rate=cfg.learning_rate,
         num_train_epochs=cfg.num_train_epochs,
         max_steps=cfg.max_steps,
@@ -169,15 +162,34 @@ def sft_args(cfg: ExtractorConfig, use_cpu: bool):
         seed=cfg.seed,
         data_seed=cfg.seed,
         logging_steps=cfg.logging_steps,
+    )
+
+
+def run_args(cfg, use_cpu: bool) -> dict:
+    """Bookkeeping settings shared by the trainers. `use_cpu` must be true where no CUDA device exists:
+    transformers refuses bf16 otherwise."""
+    return dict(report_to=cfg.report_to, use_cpu=use_cpu, dataloader_num_workers=cfg.dataloader_num_workers,
+                disable_tqdm=False)  # fmt: skip
+
+
+def sft_args(cfg: ExtractorConfig, use_cpu: bool):
+    """The SFTConfig of a run. The mixed-precision flags follow cfg.dtype alone, on every device (CPU autocast
+    runs bf16 too), so a CPU test of a bf16 recipe trains with the same arguments as the GPU run.
+    `use_cpu` must be true where no CUDA device exists: transformers refuses bf16 otherwise."""
+    from trl import SFTConfig
+
+    return SFTConfig(
+        completion_only_loss=True,
+        max_length=cfg.max_length,
+        packing=cfg.packing,
+        padding_free=cfg.padding_free,
+        **optimisation_args(cfg),
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
         eval_strategy="steps" if cfg.eval_file and cfg.eval_steps else "no",
         eval_steps=cfg.eval_steps,
-        report_to=cfg.report_to,
-        use_cpu=use_cpu,
-        dataloader_num_workers=cfg.dataloader_num_workers,
-        disable_tqdm=False,
+        **run_args(cfg, use_cpu),
     )
 
 
