@@ -89,14 +89,21 @@ def materialise(force: bool = False) -> dict[str, Path]:
     return {name: CACHE / name for name in EMBEDDED}
 
 
-def trained_windows(model_dir) -> dict | None:
-    """The training windows recorded in a model directory's metadata (merged model or adapter)."""
+def read_meta(model_dir) -> dict:
+    """A memdistill model directory's metadata (memdistill.json: what it was trained with)."""
     p = Path(model_dir) / "memdistill.json"
-    if not p.exists() and (Path(model_dir) / "adapter" / "memdistill.json").exists():
-        p = Path(model_dir) / "adapter" / "memdistill.json"
     if not p.exists():
-        return None
-    return json.loads(p.read_text()).get("training_windows") or None
+        raise FileNotFoundError(f"{p}: not a memdistill model directory (no memdistill.json)")
+    return json.loads(p.read_text())
+
+
+def trained_windows(model_dir) -> dict | None:
+    """The training windows recorded in a model directory's metadata (merged model, or a training run
+    whose adapter/ holds it); None when there are none."""
+    for d in (Path(model_dir), Path(model_dir) / "adapter"):
+        if (d / "memdistill.json").exists():
+            return read_meta(d).get("training_windows") or None
+    return None
 
 
 def model_path(name_or_path: str) -> str:

@@ -3,7 +3,6 @@ the pieces of a model card. One copy each, so all reports read alike."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -110,14 +109,6 @@ def card_training(config: dict, summary: dict | None) -> list[str]:
             f"peak memory {s.get('peak_memory_mb')} MB"
         )
     return lines
-
-
-def read_meta(model_dir) -> dict:
-    """A memdistill model directory's metadata (memdistill.json: what it was trained with)."""
-    p = Path(model_dir) / "memdistill.json"
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: not a memdistill model directory (no memdistill.json)")
-    return json.loads(p.read_text())
 
 
 def peak_memory_mb() -> float:

@@ -322,9 +322,8 @@ class LabelLog:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.done: dict[str, dict] = {}
         try:  # a kill mid-write left half a line: that item was never done, and is cut off here
-            self.done = {rec["key"]: rec for rec in recover_log(path)}
+            self.done: dict[str, dict] = {rec["key"]: rec for rec in recover_log(path)}
         except (JsonlError, KeyError) as e:
             raise ValueError(f"{path}: not a label log ({e}); move the file away to relabel") from None
         self._f = path.open("ab")

@@ -31,7 +31,6 @@ import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import openai
@@ -172,7 +171,7 @@ class MemoryModels:
                 roots = [getattr(m, "root", None) for m in self._client().models.list().data if m.id == self.model]
             except (openai.OpenAIError, MemoryModelsError):
                 roots = []
-            self._windows = next((trained_windows(r) for r in roots if r and Path(r, "memdistill.json").exists()), None)
+            self._windows = next((w for r in roots if r and (w := trained_windows(r))), None)
         return self._windows
 
     def extract(

@@ -75,10 +75,11 @@ def resolve_extractor(cfg: ServeConfig) -> str:
 
 def describe_training_windows(model: str) -> str:
     """What a client's `extract(conversation)` will cut conversations with, from the model's metadata."""
-    meta = Path(model) / "memdistill.json"
-    if not meta.exists():
-        return "no memdistill metadata: clients window conversations with the paper presets unless told otherwise"
-    windows = json.loads(meta.read_text()).get("training_windows") or {}
+    from memdistill.core.models import trained_windows
+
+    windows = trained_windows(model)
+    if windows is None:
+        return "no training windows in its metadata: clients window conversations with the paper presets"
     return (
         f"trained on windows (W/O) {describe_windows(windows)}: MemoryModels.extract(conversation) uses the first "
         "of each style (read from /v1/models root, or pass windows= / model_dir= to the client)"
@@ -99,9 +100,9 @@ def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
         "vllm",
     ]
     if cfg.enable_lora and (Path(model) / "adapter").exists():
-        meta = json.loads((Path(model) / "memdistill.json").read_text())
-        from memdistill.core.models import model_path
+        from memdistill.core.models import model_path, read_meta
 
+        meta = read_meta(model)
         cmd += [
             "--model",
             model_path(meta["base_model"]),

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
-from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss, read_meta
+from memdistill.core.models import read_meta
+from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss
 from memdistill.spec import SCHEMA_VERSION, memory_type, recall_gate, recall_plan
 from memdistill.train.extractor import optimisation_args, run_args
 
