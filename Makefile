@@ -15,6 +15,7 @@
 #   make eval            untrained base vs merged extractor on the gold test split (report in runs/eval)
 #   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
 #   make eval-encoders   router / planner / gate vs the served LM and rules on the test split (runs/eval-encoders)
+#   make ablate          extractor levers, each built, trained and evaluated on the dev split (runs/ablate)
 #   make bench           benchmarks, each printed as ratios measured side by side in one run
 #   make lock            re-pin constraints-cpu.txt from the current venv
 # Override a job's config: make train-extractor TRAIN_CONFIG=configs/training/extractor_qwen3_4b.yaml ARGS="max_steps=10"
@@ -83,6 +84,10 @@ eval-e2e: setup models
 
 eval-encoders: setup models data
 	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
+
+.PHONY: ablate
+ablate: setup models
+	$(PY) -m memdistill ablate --config configs/eval/ablate_extractor_cpu.yaml $(ARGS)
 
 bench: setup models data
 	$(PY) -m memdistill.eval.bench $(ARGS)

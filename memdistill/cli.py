@@ -12,6 +12,7 @@ memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
 memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
+memdistill ablate --config configs/eval/ablate_extractor_cpu.yaml [key=value ...]
 memdistill serve --config configs/serving/cpu.yaml [key=value ...]
 """
 
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
             _job("memdistill.eval.encoders"),
         ),
         ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
+        ("ablate", "extractor variants built, trained and evaluated side by side", _job("memdistill.eval.ablate")),
         ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server")),
     ]
     for name, help_, func in jobs:

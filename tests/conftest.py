@@ -60,6 +60,13 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir():
+    from memdistill.core.models import model_path
+
+    return model_path("embedded:smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
 def mm(server):
     from memdistill.serve.client import MemoryModels
 

@@ -1,6 +1,7 @@
 """Extraction metrics against hand-computed expectations on small fixtures."""
 
 import json
+from datetime import datetime
 
 import evaluate
 import pytest
@@ -204,3 +205,21 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
     monkeypatch.setattr(generate.HFGenerator, "__init__", lambda *a, **k: pytest.fail("generated again"))
     third = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
     assert third["results"]["base"]["extraction"] == ext
+
+
+def test_parser_repairs_and_token_cap_are_counted_over_records_written():
+    from memdistill.spec.dialogue import Turn, Window
+    from memdistill.spec.extraction import parse
+
+    ts = datetime(2024, 1, 1, 9, 0)
+    w = Window("c", 0, [Turn("t1", "Ann", "user", "hi", ts), Turn("t2", "Bob", "user", "I moved to Oslo.", ts)], 2)
+    rec = {"source_id": 2, "content": "Bob moved to Oslo.", "dimension": {"memory_type": "fact"}}
+    raw = json.dumps({"memories": [dict(rec, source_speaker="Ann"), rec, rec, dict(rec, content="Bob likes fjords.")]})
+    res = parse(raw, w)  # 4 written: one speaker fixed, two repeats dropped
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    s.add(raw, res.records, [], res.ok, parsed=res, capped=True)
+    s.add('{"memories": []}', [], [], True, parsed=parse('{"memories": []}', w), capped=False)
+    out = s.summary()
+    assert out["records_written"] == 4 and out["predicted"] == 2
+    assert out["duplicate_rate"] == 0.5 and out["speaker_fix_rate"] == 0.25
+    assert out["capped_outputs"] == 1 and out["capped_rate"] == 0.5

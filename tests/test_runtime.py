@@ -316,3 +316,18 @@ def test_longmemeval_evidence_mapping(tmp_path):
     (tmp_path / "l.json").write_text(json.dumps(data))
     (conv,) = load("longmemeval", tmp_path / "l.json")
     assert longmemeval_question(conv).evidence == ["answer_280352e9:1", "answer_280352e9:2"]  # the answer session
+
+
+def test_raw_turn_bank_holds_every_message_once_with_its_pointer():
+    ts = datetime(2024, 3, 1, 10, 0)
+    turns = [
+        Turn("t1", "Ann", "user", "I adopted  a cat.", ts),
+        Turn("t2", "Bob", "user", "Look!", ts, image_caption="a dog on a beach"),
+    ]
+    conv = Conversation("c1", [Session("s1", ts, turns)], "multi-party")
+    bank = MemoryBank.from_turns([conv])
+    assert [(it.conversation_id, it.turn_id, it.content) for it in bank.items] == [
+        ("c1", "t1", "Ann: I adopted a cat."),
+        ("c1", "t2", "Bob: Look! [shares a photo: a dog on a beach]"),
+    ]
+    assert all(it.timestamp == ts and it.dimension.time == "" for it in bank.items)

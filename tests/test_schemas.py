@@ -166,9 +166,54 @@ def test_extraction_schema_is_self_contained():
 
 def test_render_completion_round_trips():
     out = extraction.ExtractionOutput.model_validate(json.loads(json.dumps({"memories": [REC]})))
-    text = extraction.render_completion(out.memories)
+    text = extraction.render_completion(out.memories, compact=False)
     res = extraction.parse(text)
     assert res.problems == [] and res.records == out.memories
+
+
+def test_compact_completion_leaves_out_speaker_and_empty_dimensions():
+    rec = extraction.MemoryRecord.model_validate(REC)
+    text = extraction.render_completion([rec])
+    assert json.loads(text) == {
+        "memories": [
+            {
+                "source_id": 3,
+                "content": "Maya moved to Lisbon in 2023-04.",
+                "dimension": {
+                    "memory_type": "fact",
+                    "time": "2023-04",
+                    "location": "Lisbon",
+                    "keywords": ["Lisbon", "move"],
+                },
+            }
+        ]
+    }
+    assert len(text) < len(extraction.render_completion([rec], compact=False))
+
+
+def test_compact_completion_parses_back_to_every_gold_record():
+    """What the student writes (compact) comes back through the parser as exactly the record the full
+    DimMem completion gives, speaker included, for every gold window of the corpus; and it validates
+    against the decoding schema."""
+    import jsonschema
+
+    from memdistill.data import seed as seedlib
+    from memdistill.spec.dialogue import windows
+    from tests.conftest import REPO
+
+    seed = seedlib.load(REPO / "data" / "seed")
+    records = 0
+    for conv in seed.conversations.values():
+        for w in windows(conv, 6, 1):
+            gold = seed.gold_records(w)
+            text = extraction.render_completion(gold)
+            jsonschema.validate(json.loads(text), extraction.json_schema(w))
+            res, full = extraction.parse(text, w), extraction.parse(extraction.render_completion(gold, False), w)
+            assert [r.model_dump() for r in res.records] == [r.model_dump() for r in full.records]
+            assert [r.source_speaker for r in res.records] == [g.source_speaker for g in gold]
+            assert not any(p.code == "speaker_mismatch" for p in full.problems)
+            records += len(gold)
+    assert records > 1500
 
 
 def test_window_schema_admits_gold_and_bounds_a_loop():

@@ -35,6 +35,16 @@ def test_extract_returns_validated_records_with_pointers(mm, seed):
     assert all(isinstance(p.code, str) for _, p in res.problems)
 
 
+def test_an_output_cut_at_the_token_cap_is_reported(server, seed):
+    from memdistill.serve.client import MemoryModels
+
+    conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
+    w = windows(conv, 6, 1)[1]
+    res = MemoryModels(f"{server.urls[0]}/v1", max_tokens=8, timeout=300).extract(w)
+    assert res.completion_tokens == 8
+    assert [p.code for _, p in res.problems if p.code == "token_cap"] == ["token_cap"]
+
+
 def test_extract_defaults_to_the_served_models_training_windows(server):
     """The served directory's metadata names 5/1 multi-party windows: a client told nothing uses them (read
     through /v1/models), an explicit window still wins and is reported when the model never saw it."""

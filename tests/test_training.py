@@ -24,13 +24,6 @@ GOLDEN = Path(__file__).parent / "golden" / "render_hashes.json"
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir():
-    from memdistill.core.models import model_path
-
-    return model_path("embedded:smollm2-135m-instruct")
-
-
-@pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory, smollm2_dir):
     """A tiny random Qwen3 with Qwen3's real chat template (thinking on by default, like the 4B)."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
@@ -168,6 +161,24 @@ def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
     assert changed_lora > 0 and unchanged_base > 0
     names = [k for k, _ in trainer.model.named_parameters() if "lora_" in k]
     assert not any("embed" in k or "lm_head" in k for k in names)
+
+
+def test_full_finetune_trains_only_the_chosen_layers_and_merge_exports_it(tiny_qwen3_dir, train_file, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from memdistill.train.extractor import train
+    from memdistill.train.merge import MergeConfig, merge
+
+    run = tmp_path / "full"
+    before = {k: v.detach().clone() for k, v in AutoModelForCausalLM.from_pretrained(tiny_qwen3_dir).named_parameters()}
+    train(_cfg(tiny_qwen3_dir, train_file, run, finetune="full", layers_to_transform=[1], learning_rate=1e-3))
+    assert (run / "model" / "memdistill.json").exists() and not (run / "adapter").exists()
+    out = merge(MergeConfig(run_dir=str(run), output_dir=str(tmp_path / "merged")))
+    after = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
+    changed = {k for k in before if not torch.equal(before[k], after[k].detach())}
+    assert changed and all(".layers.1." in k or k.endswith("model.norm.weight") for k in changed)
+    assert not any("embed" in k or ".layers.0." in k for k in changed)
+    assert (out / "memdistill.json").exists() and (out / "tokenizer_config.json").exists()
 
 
 def test_completion_only_scoring_gives_the_same_loss_and_gradients(tiny_qwen3_dir, train_file, tmp_path):

@@ -99,8 +99,8 @@ def read_meta(model_dir) -> dict:
 
 def trained_windows(model_dir) -> dict | None:
     """The training windows recorded in a model directory's metadata (merged model, or a training run
-    whose adapter/ holds it); None when there are none."""
-    for d in (Path(model_dir), Path(model_dir) / "adapter"):
+    whose adapter/ or model/ holds it); None when there are none."""
+    for d in (Path(model_dir), Path(model_dir) / "adapter", Path(model_dir) / "model"):
         if (d / "memdistill.json").exists():
             return read_meta(d).get("training_windows") or None
     return None

@@ -62,6 +62,12 @@ class DataConfig:
     tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate"])
     # Extra (W, O) pairs applied to train conversations only (augmentation).
     train_extra_windows: list = field(default_factory=list)
+    # Extraction completions as the student writes them: compact records (no source_speaker, no empty
+    # dimension; `extraction.parse` restores both) or, false, the full DimMem record (the schema-1.0 format).
+    compact_completions: bool = True
+    # Share of the gold train split's extraction windows with no record that are kept (chosen by hash):
+    # they teach the model to answer an empty list, but each costs a whole prompt for a 6-token answer.
+    keep_empty_windows: float = 1.0
     # --- teacher labelling (memdistill.data.label); with teacher null the gold corpus alone is used ---
     teacher: dict | None = None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
     sources: list = field(default_factory=list)  # [{format, path, name?, style?, max_conversations?}]
@@ -84,7 +90,9 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-def extractor_rows(seed: seedlib.Seed, split: str, window_pairs: dict, extra_pairs=()) -> list[dict]:
+def extractor_rows(
+    seed: seedlib.Seed, split: str, window_pairs: dict, extra_pairs=(), compact: bool = True, keep_empty: float = 1.0
+) -> list[dict]:
     rows, seen = [], set()
     for cid, conv in seed.conversations.items():
         if seed.split[cid] != split:
@@ -98,7 +106,9 @@ def extractor_rows(seed: seedlib.Seed, split: str, window_pairs: dict, extra_pai
                     continue
                 seen.add(key)
                 recs = seed.gold_records(w)
-                rows.append(sft_row(msgs, extraction.render_completion(recs), task="extraction", source="seed",
+                if not recs and int(key, 16) / 16 ** len(key) >= keep_empty:
+                    continue
+                rows.append(sft_row(msgs, extraction.render_completion(recs, compact), task="extraction", source="seed",
                                     conversation_id=cid, window_index=w.window_index, window=[size, overlap], style=conv.style,
                                     n_records=len(recs), schema_version=SCHEMA_VERSION, row_id=key))
     for q in seed.rows("questions", split):
@@ -152,7 +162,8 @@ def _load_seed(cfg: DataConfig) -> seedlib.Seed:
 
 def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
     """Training set -> (split -> rows from the gold corpus), for every set in cfg.tasks."""
-    makers = {"extractor": lambda s: extractor_rows(seed, s, cfg.windows, cfg.train_extra_windows if s == "train" else ()),
+    makers = {"extractor": lambda s: extractor_rows(seed, s, cfg.windows, cfg.train_extra_windows if s == "train" else (),
+                                                 cfg.compact_completions, cfg.keep_empty_windows if s == "train" else 1.0),
               "router": lambda s: router_rows(seed, s), "planner": lambda s: planner_rows(seed, s),
               "gate": lambda s: gate_rows(seed, s)}
     unknown = [t for t in cfg.tasks if t not in makers]
@@ -294,7 +305,7 @@ def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
     return "dev" if h < dev_fraction else "train"
 
 
-def teacher_example(rec: dict, split: str) -> Example:
+def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
     """Rows in the gold build's formats from one accepted label record."""
     inp, lab, job = rec["input"], rec["label"], rec["job"]
     meta = {"source": rec["source"], "conversation_id": rec["conversation_id"], "label_source": "teacher",
@@ -303,7 +314,7 @@ def teacher_example(rec: dict, split: str) -> Example:
         w = Window.from_json(inp["window"])
         recs = [extraction.MemoryRecord.model_validate(r) for r in lab["records"]]
         msgs = extraction.chat_messages(w, "student")
-        row = sft_row(msgs, extraction.render_completion(recs), task="extraction", **meta, window_index=w.window_index,
+        row = sft_row(msgs, extraction.render_completion(recs, compact), task="extraction", **meta, window_index=w.window_index,
                       window=inp["window_setting"], style=inp["style"], n_records=len(recs),
                       row_id=_hash(msgs))
         return Example([row], msgs[1]["content"], [t.text for t in w.turns], split, False)
@@ -398,7 +409,7 @@ def build_from_teacher(cfg: DataConfig) -> dict:
                 if split == "test":
                     removed["gold_test_conversation"] += 1
                     continue
-                examples.append(teacher_example(rec, split))
+                examples.append(teacher_example(rec, split, cfg.compact_completions))
         kept = dedup(examples, test_index, cfg.near_dup_threshold, removed)
         per = {s: [r for e in kept if e.split == s for r in e.rows] for s in ("train", "dev")}
         per["test"] = [r for e in gold_examples(task, gold[task]("test"), "test") for r in e.rows]

@@ -55,7 +55,7 @@ def _keywords(text: str, n: int = 2) -> list[str]:
 
 
 def _extraction(user: str) -> dict:
-    m = re.search(r"Extract from messages (\d+)-(\d+)", user)
+    m = re.search(r"Extract from messages? (\d+)", user)
     first = int(m.group(1)) if m else 1
     records = []
     for line in user.splitlines():

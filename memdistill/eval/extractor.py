@@ -25,7 +25,7 @@ from memdistill.core.report import grouped_bars, md_table, print_report
 from memdistill.data import seed as seedlib
 from memdistill.metrics.extraction import ExtractionScores, keyword_f1
 from memdistill.spec import extraction, query_parse
-from memdistill.spec.dialogue import windows
+from memdistill.spec.dialogue import interleaved, windows
 
 
 @dataclass
@@ -35,6 +35,7 @@ class EvalConfig:
     seed_dir: str = "data/seed"
     split: str = "test"
     windows: dict = field(default_factory=lambda: {"multi-party": [6, 1], "user-assistant": [4, 1]})
+    max_conversations: int | None = None  # the first N of the split, conversation styles taken in turn
     max_windows: int | None = None
     max_questions: int | None = None
     max_new_tokens: int = 768  # extraction; query analysis gets query_max_new_tokens
@@ -57,12 +58,13 @@ class EvalConfig:
 def test_items(cfg: EvalConfig):
     seed = seedlib.load(cfg.seed_dir)
     wins = []
-    for cid, conv in seed.conversations.items():
-        if seed.split[cid] == cfg.split:
-            size, overlap = cfg.windows[conv.style]
-            wins += windows(conv, size, overlap)
+    convs = {cid: c for cid, c in seed.conversations.items() if seed.split[cid] == cfg.split}
+    convs = interleaved(convs, cfg.max_conversations)
+    for conv in convs.values():
+        size, overlap = cfg.windows[conv.style]
+        wins += windows(conv, size, overlap)
     wins = wins[: cfg.max_windows] if cfg.max_windows else wins
-    qs = seed.rows("questions", cfg.split)
+    qs = [q for q in seed.rows("questions", cfg.split) if q["conversation_id"] in convs]
     qs = qs[: cfg.max_questions] if cfg.max_questions else qs
     return seed, wins, qs
 
@@ -157,7 +159,17 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
     for w, o in zip(wins, outs[: len(wins)]):
         res = extraction.parse(o.text, w)
         gold = seed.gold_records(w)
-        pairs = scores.add(o.text, res.records, gold, res.ok, embedder, o.prompt_tokens, o.output_tokens)
+        pairs = scores.add(
+            o.text,
+            res.records,
+            gold,
+            res.ok,
+            embedder,
+            o.prompt_tokens,
+            o.output_tokens,
+            parsed=res,
+            capped=o.output_tokens >= cfg.max_new_tokens,
+        )
         rows.append(
             {
                 "model": model,
@@ -232,6 +244,11 @@ EXTRACTION_COLUMNS = [
     "keyword_f1",
     "overfill_rate",
     "source_accuracy",
+    "capped_outputs",
+    "capped_rate",
+    "records_written",
+    "duplicate_rate",
+    "speaker_fix_rate",
     "prompt_tokens_per_window",
     "output_tokens_per_window",
 ]

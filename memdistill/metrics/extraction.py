@@ -109,6 +109,10 @@ class ExtractionScores:
     gold_empty_dims: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    capped: int = 0  # outputs that ran to their token cap
+    written: int = 0  # records in the outputs before the parser dropped or fixed any
+    duplicates: int = 0  # records the parser dropped as repeats of an earlier record
+    speaker_fixes: int = 0  # records whose source_speaker the parser corrected from the window
 
     def __post_init__(self):
         if self.threshold is None:
@@ -123,8 +127,18 @@ class ExtractionScores:
         embedder=None,
         prompt_tokens: int = 0,
         output_tokens: int = 0,
+        parsed=None,
+        capped: bool = False,
     ) -> list[tuple[int, int, float]]:
+        """One window. `parsed` (the spec's ParseResult of `raw`) adds the parser's repairs to the counts;
+        `capped`: the output ran to its token cap."""
         self.windows += 1
+        self.capped += bool(capped)
+        if parsed is not None:
+            self.written += parsed.raw_count
+            codes = [p.code for p in parsed.problems]
+            self.duplicates += codes.count("duplicate_record")
+            self.speaker_fixes += codes.count("speaker_mismatch")
         self.json_valid += bool(json_ok)
         self.schema_valid += schema_valid(raw)
         self.predicted += len(pred)
@@ -171,6 +185,11 @@ class ExtractionScores:
             "keyword_f1": div(self.keyword_f1_sum, self.matched),
             "overfill_rate": div(self.overfill, self.gold_empty_dims),
             "source_accuracy": div(self.source_correct, self.matched),
+            "capped_outputs": self.capped,
+            "capped_rate": div(self.capped, self.windows),
+            "records_written": self.written,
+            "duplicate_rate": div(self.duplicates, self.written),
+            "speaker_fix_rate": div(self.speaker_fixes, self.written),
             "prompt_tokens_per_window": div(self.prompt_tokens, self.windows),
             "output_tokens_per_window": div(self.output_tokens, self.windows),
         }

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from memdistill.core.io import read_jsonl
 from memdistill.spec import qa
-from memdistill.spec.dialogue import parse_timestamp
+from memdistill.spec.dialogue import message_text, parse_timestamp
 from memdistill.spec.extraction import Dimension, time_bounds
 
 
@@ -140,6 +140,27 @@ class MemoryBank:
                     turn.timestamp,
                 )
             )
+        return cls(items)
+
+    @classmethod
+    def from_turns(cls, conversations) -> "MemoryBank":
+        """One memory per message, its text as written (image caption included), no model: the NaiveRAG
+        baseline every extracted bank has to beat. Dimensions are empty; a message is typed episodic (a
+        thing someone said at a time) only because the record contract requires a type."""
+        items = []
+        for conv in conversations:
+            for t in conv.turns:
+                items.append(
+                    MemoryItem(
+                        f"{conv.conversation_id}:{t.turn_id}",
+                        conv.conversation_id,
+                        t.turn_id,
+                        f"{t.speaker}: {message_text(t)}",
+                        Dimension(memory_type="episodic"),
+                        t.speaker,
+                        t.timestamp,
+                    )
+                )
         return cls(items)
 
     @classmethod

@@ -206,6 +206,8 @@ class MemoryModels:
             parsed = extraction.parse(text, w)
             result.prompt_tokens += pt
             result.completion_tokens += ct
+            if ct >= self.max_tokens:  # what the parser salvaged is kept; the cut is reported
+                result.problems.append((w.window_index, Problem("token_cap", f"output ran to {ct} tokens, the cap")))
             result.problems += [(w.window_index, p) for p in parsed.problems]
             for r in parsed.records:
                 t = w.turn_for(r.source_id)

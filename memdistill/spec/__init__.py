@@ -15,7 +15,7 @@ reason codes (see `memdistill.spec.jsonout`).
 
 # Bumped whenever a schema, prompt or rendering changes in a way that invalidates trained models or
 # datasets. Carried into every dataset row and model card; training refuses a mismatched dataset.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extraction.compact_record)
 
 TASKS = ("extraction", "query_parse", "memory_type", "recall_plan", "recall_gate")
 

@@ -131,12 +131,17 @@ class Conversation:
         raise KeyError(f"conversation {self.conversation_id!r} has no turn {turn_id!r}")
 
 
-def render_message(n: int, turn: Turn) -> str:
-    """One message, one line. Newlines inside a message are folded so line N is message N."""
+def message_text(turn: Turn) -> str:
+    """A message's text on one line, its shared photo's caption included."""
     text = " ".join(turn.text.split())
     if turn.image_caption:
         text = f"{text} [shares a photo: {' '.join(turn.image_caption.split())}]".strip()
-    return f"[{format_timestamp(turn.timestamp)}] {n}.{turn.speaker}: {text}"
+    return text
+
+
+def render_message(n: int, turn: Turn) -> str:
+    """One message, one line. Newlines inside a message are folded so line N is message N."""
+    return f"[{format_timestamp(turn.timestamp)}] {n}.{turn.speaker}: {message_text(turn)}"
 
 
 @dataclass
@@ -214,6 +219,18 @@ def windows(conv: Conversation, size: int, overlap: int) -> list[Window]:
         out.append(Window(conv.conversation_id, len(out), chunk, first_new - start + 1))
         start += step
     return out
+
+
+def interleaved(conversations: dict, n: int | None) -> dict:
+    """The first n conversations (all when n is None), styles taken in turn, so a small sample still
+    covers both kinds of dialogue; original order kept."""
+    if not n:
+        return dict(conversations)
+    nth, per_style = {}, {}
+    for cid, c in conversations.items():
+        per_style[c.style] = nth[cid] = per_style.get(c.style, 0) + 1
+    keep = set(sorted(conversations, key=nth.get)[:n])
+    return {cid: c for cid, c in conversations.items() if cid in keep}
 
 
 def describe_windows(windows: dict) -> str:

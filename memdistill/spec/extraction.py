@@ -73,11 +73,13 @@ class ExtractionOutput(BaseModel):
 
 
 # Decoding-time bounds (not part of the record contract): the gold corpus has at most 6 records per
-# message and no content over 400 characters, so these only stop a looping model, never a good one.
+# message, no content over 400 characters and no field over 200, so these only stop a looping model,
+# never a good one.
 MAX_RECORDS_PER_MESSAGE = 6
 MAX_CONTENT_CHARS = 400
 MAX_FIELD_CHARS = 200
 MAX_KEYWORDS = 8
+MAX_KEYWORD_CHARS = 60  # the longest gold keyword has 43
 
 
 def json_schema(window: Window | None = None) -> dict:
@@ -100,7 +102,7 @@ def json_schema(window: Window | None = None) -> dict:
     for k in ("location", "reason", "purpose"):
         dim[k]["maxLength"] = MAX_FIELD_CHARS
     dim["keywords"]["maxItems"] = MAX_KEYWORDS
-    dim["keywords"]["items"]["maxLength"] = MAX_FIELD_CHARS
+    dim["keywords"]["items"]["maxLength"] = MAX_KEYWORD_CHARS
     return schema
 
 
@@ -226,21 +228,19 @@ STYLE_RULES = {
 }
 
 STUDENT_SYSTEM = """\
-Extract long-term memories as JSON: {"memories": [{"source_id": N, "source_speaker": "", "content": "", "dimension": {"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}]}
-One self-contained sentence per fact, event or trait. time: YYYY-MM-DD, YYYY-MM, YYYY or START/END, resolved
-against the message date. Skip filler and context messages."""
+Extract long-term memories as JSON: {"memories": [{"source_id": N, "content": "", "dimension": {"memory_type": "fact|episodic|profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}}]}
+One self-contained sentence per fact, event or trait. Leave out empty dimensions. time: YYYY-MM-DD, YYYY-MM,
+YYYY or START/END, resolved against the message date. Skip filler and context messages."""
 
 
 def user_message(window: Window) -> str:
     """The per-window user turn: which messages may be sources, then the rendered window."""
     n = len(window.turns)
+    new = f"message {n}" if window.extract_from == n else f"messages {window.extract_from}-{n}"
     if window.overlap:
-        head = (
-            f"Messages 1-{window.overlap} are context from the previous window: do not extract from them. "
-            f"Extract from messages {window.extract_from}-{n}."
-        )
+        head = f"Messages 1-{window.overlap} are context only. Extract from {new}."
     else:
-        head = f"Extract from messages 1-{n}."
+        head = f"Extract from {new}."
     return f"{head}\n\n{window.text}"
 
 
@@ -257,10 +257,22 @@ def chat_messages(window: Window, prompt: str = "student", style: str = "multi-p
     return [{"role": "system", "content": system}, {"role": "user", "content": user_message(window)}]
 
 
-def render_completion(records: Iterable[MemoryRecord]) -> str:
-    """The exact assistant text the student is trained to produce (compact, key order fixed)."""
-    out = {"memories": [r.model_dump(exclude_none=True) for r in records]}
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+def compact_record(record: MemoryRecord) -> dict:
+    """A record as the student writes it: without what the window or the schema already determines.
+
+    source_speaker is the speaker of message source_id, and an empty dimension is "" or [] by default, so
+    neither is generated (about a fifth of the output tokens of the gold records); `parse` restores both,
+    so every consumer still gets the full DimMem record."""
+    out = record.model_dump(exclude={"source_speaker"})
+    out["dimension"] = {k: v for k, v in out["dimension"].items() if k == "memory_type" or v}
+    return out
+
+
+def render_completion(records: Iterable[MemoryRecord], compact: bool = True) -> str:
+    """The exact assistant text the student is trained to produce (key order fixed). compact=False keeps
+    every field (the full DimMem record), for comparison and for models trained before schema 1.1."""
+    items = [compact_record(r) if compact else r.model_dump(exclude_none=True) for r in records]
+    return json.dumps({"memories": items}, ensure_ascii=False, separators=(",", ":"))
 
 
 # --- parsing ------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class ExtractorConfig:
     data_config: str = "configs/data/seed.yaml"  # the build that writes train_file (named when it is missing)
     tasks: list = field(default_factory=lambda: ["extraction", "query_parse"])
     max_train_rows: int | None = None
+    # lora: train adapters (merged afterwards); full: train the weights of the chosen layers themselves
+    # (layers_to_transform; embeddings stay frozen, tied to lm_head) and save the whole model under model/
+    finetune: str = "lora"
     # LoRA (never on embeddings or lm_head: Qwen3-4B and SmolLM2 tie them)
     lora_r: int = 16
     lora_alpha: int = 32
@@ -76,6 +79,10 @@ def validate(cfg: ExtractorConfig) -> None:
     bad = [t for t in cfg.target_modules if any(f in t for f in FORBIDDEN_TARGETS)]
     if bad:
         raise ValueError(f"target_modules {bad}: LoRA must not touch embeddings or lm_head (tied in the base models)")
+    if cfg.finetune not in ("lora", "full"):
+        raise ValueError(f"finetune {cfg.finetune!r}: expected lora or full")
+    if cfg.finetune == "full" and cfg.load_in_4bit:
+        raise ValueError("finetune=full cannot train a 4-bit base (load_in_4bit is QLoRA's)")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
         raise ValueError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
     unknown = set(cfg.tasks) - {"extraction", "query_parse"}
@@ -222,6 +229,9 @@ def build_trainer(cfg: ExtractorConfig):
     )
     train = load_rows(cfg.train_file, cfg.tasks, cfg.max_train_rows)
     evald = load_rows(cfg.eval_file, cfg.tasks) if cfg.eval_file else None
+    if cfg.finetune == "full":
+        train_only_layers(model, cfg.layers_to_transform)
+        return SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok)
     peft_cfg = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
@@ -234,6 +244,26 @@ def build_trainer(cfg: ExtractorConfig):
     return SFTTrainer(
         model=model, args=args, train_dataset=train, eval_dataset=evald, processing_class=tok, peft_config=peft_cfg
     )
+
+
+def train_only_layers(model, layers: list | None) -> None:
+    """Full fine-tuning of some decoder layers: every weight of those layers (all layers when None) and the
+    final norm trains; embeddings do not (tied to lm_head in the base models), nor do the other layers, so
+    the backward pass stops at the lowest trained layer as it does for LoRA on the same layers."""
+    import re
+
+    wanted = None if layers is None else {int(k) for k in layers}
+    for name, p in model.named_parameters():
+        m = re.search(r"\.layers\.(\d+)\.", name)
+        p.requires_grad = (m is not None and (wanted is None or int(m.group(1)) in wanted)) or name.endswith(
+            "model.norm.weight"
+        )
+
+
+def saved_dir(output_dir) -> Path:
+    """Where a training run left its result: adapter/ (LoRA) or model/ (full fine-tuning)."""
+    out = Path(output_dir)
+    return out / "model" if (out / "model" / "memdistill.json").exists() else out / "adapter"
 
 
 def last_checkpoint(output_dir: str) -> str | None:
@@ -272,12 +302,13 @@ def train(cfg: ExtractorConfig) -> dict:
     out = Path(cfg.output_dir)
     # save_model, not model.save_pretrained: under ZeRO-3 / FSDP each rank holds a shard, and the Trainer
     # gathers the adapter and writes it (with the tokenizer) from the main process only
-    trainer.save_model(str(out / "adapter"))
+    saved = out / ("model" if cfg.finetune == "full" else "adapter")
+    trainer.save_model(str(saved))
     summary = write_run_report(trainer, cfg, wall, result, resumed_from=resume)
     if trainer.is_world_process_zero():
         windows, window_rows = training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {})
         write_json(
-            out / "adapter" / "memdistill.json",
+            saved / "memdistill.json",
             {
                 "base_model": cfg.model,
                 "schema_version": SCHEMA_VERSION,

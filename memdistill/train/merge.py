@@ -21,6 +21,7 @@ from memdistill.core.models import read_meta
 from memdistill.core.report import card_front_matter, card_metrics, card_training
 from memdistill.spec import SCHEMA_VERSION
 from memdistill.spec.dialogue import describe_windows
+from memdistill.train.extractor import saved_dir
 
 
 @dataclass
@@ -38,7 +39,7 @@ def merge(cfg: MergeConfig) -> Path:
     from memdistill.core.models import model_path
 
     run = Path(cfg.run_dir)
-    adapter = run / "adapter"
+    adapter = saved_dir(run)  # adapter/ (LoRA) or model/ (full fine-tuning)
     meta_path = adapter / "memdistill.json"
     if not meta_path.exists():
         raise FileNotFoundError(f"{adapter}: no trained adapter (expected {meta_path}); run `make train-extractor`")
@@ -49,8 +50,11 @@ def merge(cfg: MergeConfig) -> Path:
         )
     base = model_path(meta["base_model"])
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.dtype]
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
-    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    if adapter.name == "model":  # fully fine-tuned: the weights are the model
+        model = AutoModelForCausalLM.from_pretrained(adapter, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     tok = AutoTokenizer.from_pretrained(adapter)
     with atomic_dir(cfg.output_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -66,7 +70,8 @@ def merge(cfg: MergeConfig) -> Path:
         for k in ("temperature", "top_p", "top_k"):  # greedy decoding: sampling knobs would only warn
             setattr(gen, k, None)
         gen.save_pretrained(tmp)
-        shutil.copytree(adapter, tmp / "adapter")
+        if adapter.name == "adapter":
+            shutil.copytree(adapter, tmp / "adapter")
         summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
         write_json(tmp / "memdistill.json", {**meta, "training_summary": summary})
     out = Path(cfg.output_dir)
@@ -97,8 +102,12 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             "- windows (W/O per conversation style, most rows first): "
             f"{describe_windows(meta.get('training_windows') or {})} — `memdistill serve` and "
             "`MemoryModels.extract(conversation)` use the first of each style by default",
-            f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, "
-            f"targets: {', '.join(c['target_modules'])}"
+            (
+                f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, "
+                f"targets: {', '.join(c['target_modules'])}"
+                if c.get("finetune", "lora") == "lora"
+                else "- full fine-tuning (embeddings frozen)"
+            )
             + (f", layers {c['layers_to_transform']}" if c.get("layers_to_transform") else ", all layers"),
         ]
         + card_training(c, meta.get("training_summary"))

@@ -1,0 +1,74 @@
+"""The decoding settings of the served path. vLLM's xgrammar backend, given what memdistill starts it with
+(`structured_outputs`: disable_any_whitespace), compiles the window schema exactly as below (vllm
+v1/structured_output/backend_xgrammar.py: any_whitespace off, separators "," and ":"); these tests drive
+that grammar with the real tokenizer and then ask the live server."""
+
+import json
+
+import pytest
+
+from memdistill.data import seed as seedlib
+from memdistill.serve.server import ServeConfig, vllm_command
+from memdistill.spec import extraction
+from memdistill.spec.dialogue import windows
+from tests.conftest import REPO
+
+xg = pytest.importorskip("xgrammar")
+
+
+@pytest.fixture(scope="module")
+def window_grammar(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    seed = seedlib.load(REPO / "data" / "seed")
+    w = windows(next(iter(seed.conversations.values())), 6, 1)[1]
+    compiler = xg.GrammarCompiler(xg.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(smollm2_dir)))
+    schema = json.dumps(extraction.json_schema(w))
+    grammar = compiler.compile_json_schema(schema, any_whitespace=False, separators=(",", ":"))
+    return w, grammar, extraction.render_completion(seed.gold_records(w))
+
+
+def _accepts(grammar, text: str) -> bool:
+    return xg.GrammarMatcher(grammar).accept_string(text)
+
+
+def test_the_server_is_started_without_free_whitespace():
+    cmd = vllm_command(ServeConfig(), "some/model", 8000)
+    cfg = json.loads(cmd[cmd.index("--structured-outputs-config") + 1])
+    assert cfg == {"backend": "xgrammar", "disable_any_whitespace": True}
+
+
+def test_grammar_takes_the_compact_gold_completion_and_no_whitespace_between_tokens(window_grammar):
+    _, grammar, gold = window_grammar
+    assert gold.startswith('{"memories":[{') and _accepts(grammar, gold)
+    for spaced in ('{ "memories"', '{\n"memories"', '{"memories" :', '{"memories":\t['):
+        assert not _accepts(grammar, spaced), spaced
+    assert not _accepts(grammar, gold.replace('},{"source_id"', '}, {"source_id"', 1))
+
+
+def test_grammar_closes_a_looping_list_at_the_record_bound(window_grammar):
+    w, grammar, gold = window_grammar
+    rec = json.loads(gold)["memories"][0]
+    bound = extraction.MAX_RECORDS_PER_MESSAGE * len(w.extractable())
+    m = xg.GrammarMatcher(grammar)
+    assert m.accept_string(json.dumps({"memories": [rec] * bound}, separators=(",", ":"))[:-2])
+    assert not m.fork().accept_string(",")  # one more record is not a token the model may choose
+    assert m.accept_string("]}") and m.is_completed()
+
+
+def test_served_structured_output_has_no_free_whitespace(mm, seed_windows):
+    """The live server (configs/serving/cpu.yaml) under the window schema: what comes back is compact JSON
+    that closes before its cap, whatever the untrained model would have written."""
+    for w in seed_windows:
+        text, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories", max_tokens=1024)
+        value = json.loads(text)
+        assert json.dumps(value, ensure_ascii=False, separators=(",", ":")) == text
+        assert ct < 1024
+        extraction.ExtractionOutput.model_validate(value)
+
+
+@pytest.fixture(scope="module")
+def seed_windows():
+    seed = seedlib.load(REPO / "data" / "seed")
+    conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
+    return windows(conv, 3, 1)[:2]
