@@ -12,7 +12,7 @@
 #   make train-gate      train the TiMem recall gate (cross-encoder)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
-#   make eval            untrained base vs merged extractor on the gold test split (report in runs/eval)
+#   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
 #   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
 #   make eval-encoders   router / planner / gate vs the served LM and rules on the test split (runs/eval-encoders)
 #   make ablate          extractor levers, each built, trained and evaluated on the dev split (runs/ablate)

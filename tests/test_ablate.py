@@ -6,7 +6,7 @@ from memdistill.eval.ablate import AblateConfig, eval_windows, run, run_variant
 
 
 def test_a_variant_is_evaluated_on_its_own_training_windows():
-    over = ['windows={multi-party: [[4, 2], [6, 1]], user-assistant: [[3, 1]]}']
+    over = ["windows={multi-party: [[4, 2], [6, 1]], user-assistant: [[3, 1]]}"]
     assert eval_windows("configs/data/seed.yaml", over) == {"multi-party": [4, 2], "user-assistant": [3, 1]}
 
 

@@ -146,6 +146,24 @@ def test_job_on_gold_and_a_records_file(tmp_path, seed):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_raw_turn_bank_holds_every_message_and_reports_no_token_cap(tmp_path, seed):
+    qs = seed.rows("questions", "test")
+    cid = qs[0]["conversation_id"]
+    out = run(_cfg(tmp_path, banks=["turns"], labels=["raw turns"], variants=["question"]))
+    res = json.loads((out / "results.json").read_text())
+    assert res["results"]["raw turns"]["stats"]["records"] == len(seed.conversations[cid].turns)
+    turn_ids = {t.turn_id for t in seed.conversations[cid].turns}
+    per_q = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    assert len(per_q) == sum(q["conversation_id"] == cid for q in qs)
+    assert all(
+        set(r["ranked_turns"]) <= turn_ids and len(set(r["ranked_turns"])) == len(r["ranked_turns"]) for r in per_q
+    )
+    row = next(
+        line for line in (out / "report.md").read_text().splitlines() if line.startswith("| raw turns | turns |")
+    )
+    assert row.split("|")[5].strip() == "-"  # "at token cap": no model wrote this bank
+
+
 def _records(path, cid, rows):
     dim = {"memory_type": "episodic", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}
     path.write_text(

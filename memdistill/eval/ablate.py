@@ -114,7 +114,8 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
 
 
 def _get(r: dict, where: tuple[str, str]):
-    return r[where[0]].get(where[1])
+    v = r[where[0]].get(where[1])
+    return round(v, 3) if isinstance(v, float) else v
 
 
 def run(cfg: AblateConfig) -> Path:
