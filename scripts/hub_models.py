@@ -3,8 +3,8 @@
   python3 scripts/hub_models.py configs/training/extractor_qwen3_4b.yaml ...   ->  Qwen/Qwen3-4B
 
 A hub id is a top-level model setting (model, models, banks, lm, ...) whose value is not `embedded:<name>`,
-a URL, `gold`, null, or a local path (an existing one, or one under runs/ or data/ not built yet);
-and for a merge config, the base model recorded in <run_dir>/adapter/memdistill.json.
+a URL, the e2e banks `gold` and `turns`, null, or a local path (an existing one, or one under runs/ or
+data/ not built yet); and for a merge config, the base model in <run_dir>/{adapter,model}/memdistill.json.
 Standard library only: make runs it before the venv exists. Missing files are skipped.
 """
 
@@ -35,14 +35,15 @@ def hub_models(path) -> list[str]:
     for line in p.read_text().splitlines():
         m = re.match(r"^(\w+)\s*:\s*(.*?)\s*(?:#.*)?$", line)  # top level only: nested keys are indented
         if m and m.group(1) == "run_dir":  # merge: the base model the adapter was trained on
-            meta = Path(m.group(2).strip("'\"")) / "adapter" / "memdistill.json"
-            base = json.loads(meta.read_text()).get("base_model", "") if meta.is_file() else ""
+            metas = [Path(m.group(2).strip("'\"")) / d / "memdistill.json" for d in ("adapter", "model")]
+            meta = next((f for f in metas if f.is_file()), None)
+            base = json.loads(meta.read_text()).get("base_model", "") if meta else ""
             found += [base] if base and not base.startswith(LOCAL) and not Path(base).exists() else []
         if not m or m.group(1) not in KEYS:
             continue
         for value in m.group(2).strip("[]").split(","):
             v = value.strip().strip("'\"")
-            if v and v not in ("null", "~", "gold") and not v.startswith(LOCAL) and not Path(v).exists():
+            if v and v not in ("null", "~", "gold", "turns") and not v.startswith(LOCAL) and not Path(v).exists():
                 found.append(v)
     return found
 

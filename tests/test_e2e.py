@@ -241,7 +241,7 @@ def test_job_resumes_from_a_cached_bank_without_a_server(tmp_path, seed):
     )
     res = json.loads((run(cfg) / "results.json").read_text())
     assert res["results"]["cached model"]["stats"] == {"records": 10, "windows": 3}
-    with pytest.raises(ConfigError, match=r"made with other max_new_tokens \(384, now 99\)"):
+    with pytest.raises(ConfigError, match=rf"made with other max_new_tokens \({cfg.max_new_tokens}, now 99\)"):
         run(
             _cfg(
                 tmp_path,
@@ -313,7 +313,7 @@ def test_extraction_resumes_from_finished_chunks(tmp_path, seed):
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import free_port
 
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, windows={"multi-party": [6, 1], "user-assistant": [4, 1]})
     conv = seed.conversations["mp01"]
     mm = MemoryModels(f"http://127.0.0.1:{free_port()}/v1", max_concurrency=1, max_retries=0, timeout=5)
     n = 14  # mp01 (69 turns) in windows of 6 with 1 of context

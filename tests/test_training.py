@@ -337,6 +337,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from accelerate.commands.config.config_args import ClusterConfig
 
     from memdistill.data.build import DataConfig
+    from memdistill.eval.ablate import AblateConfig
     from memdistill.eval.e2e import E2EConfig
     from memdistill.eval.encoders import EncoderEvalConfig
     from memdistill.eval.extractor import EvalConfig
@@ -362,7 +363,13 @@ def test_every_yaml_loads_into_its_dataclass():
             load_config(DataConfig, path)
         elif rel.parts[0] == "eval":
             prefix = rel.name.split("_")[0]
-            load_config({"encoders": EncoderEvalConfig, "e2e": E2EConfig, "extractor": EvalConfig}[prefix], path)
+            kinds_eval = {
+                "encoders": EncoderEvalConfig,
+                "e2e": E2EConfig,
+                "extractor": EvalConfig,
+                "ablate": AblateConfig,
+            }
+            load_config(kinds_eval[prefix], path)
         elif rel.parts[0] == "serving":
             load_config(ServeConfig, path)
         else:
