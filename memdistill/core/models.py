@@ -97,10 +97,16 @@ def read_meta(model_dir) -> dict:
     return json.loads(p.read_text())
 
 
+def saved_dir(run_dir) -> Path:
+    """Where a training run left its result: adapter/ (LoRA) or model/ (full fine-tuning)."""
+    out = Path(run_dir)
+    return out / "model" if (out / "model" / "memdistill.json").exists() else out / "adapter"
+
+
 def trained_windows(model_dir) -> dict | None:
     """The training windows recorded in a model directory's metadata (merged model, or a training run
     whose adapter/ or model/ holds it); None when there are none."""
-    for d in (Path(model_dir), Path(model_dir) / "adapter", Path(model_dir) / "model"):
+    for d in (Path(model_dir), saved_dir(model_dir)):
         if (d / "memdistill.json").exists():
             return read_meta(d).get("training_windows") or None
     return None

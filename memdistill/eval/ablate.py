@@ -25,8 +25,9 @@ from pathlib import Path
 
 from memdistill.core.config import job_config, load_config
 from memdistill.core.io import write_json, write_text
-from memdistill.core.models import REPO
+from memdistill.core.models import REPO, saved_dir
 from memdistill.core.report import grouped_bars, md_table, print_report
+from memdistill.spec.dialogue import first_windows
 
 
 @dataclass
@@ -76,8 +77,7 @@ def eval_windows(data_config: str, overrides: list[str]) -> dict:
     """The evaluation window of each style: the first (W, O) the variant trains on."""
     from memdistill.data.build import DataConfig
 
-    cfg = load_config(DataConfig, REPO / data_config, overrides)
-    return {style: list(pairs[0]) for style, pairs in cfg.windows.items()}
+    return first_windows(load_config(DataConfig, REPO / data_config, overrides).windows)
 
 
 def run_variant(cfg: AblateConfig, v: dict) -> dict:
@@ -89,7 +89,7 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
     data_dir, train_dir, merged = d / "data", d / "train", d / "merged"
     if not (data_dir / "stats.json").exists():
         _run(["data", "--config", cfg.data_config, *over["data"], f"output_dir={data_dir}"], d / "data.log")
-    if not any((train_dir / k / "memdistill.json").exists() for k in ("adapter", "model")):
+    if not (saved_dir(train_dir) / "memdistill.json").exists():
         _run(["train", "extractor", "--config", cfg.train_config, *over["train"], f"output_dir={train_dir}",
               f"train_file={data_dir}/extractor/train.jsonl", "eval_file=null"], d / "train.log")  # fmt: skip
     if not (merged / "config.json").exists():
@@ -101,16 +101,16 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
               f"windows={wins}", f"output_dir={d / 'eval'}"], d / "eval.log")  # fmt: skip
         metrics = sorted((d / "eval").glob("*/metrics.json"))
     result = json.loads(metrics[-1].read_text())
+    (model,) = result["results"].values()  # the variant's merged model is the only one evaluated
     return {
         "name": v["name"],
         "note": v.get("note", ""),
         "overrides": over,
         "train": json.loads((train_dir / "summary.json").read_text()),
-        "eval": {**next(iter(result["results"].values()))["extraction"],
-                 "generation_seconds": next(iter(result["results"].values()))["generation_seconds"]},
+        "eval": {**model["extraction"], "generation_seconds": model["generation_seconds"]},
         "eval_split": result["split"],
         "eval_report": str(metrics[-1].parent / "report.md"),
-    }  # fmt: skip
+    }
 
 
 def _get(r: dict, where: tuple[str, str]):

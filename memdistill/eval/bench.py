@@ -166,12 +166,13 @@ def bench_serving(
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import Servers
     from memdistill.spec import extraction
+    from memdistill.spec.dialogue import first_windows
     from memdistill.spec.render import prompt_ids
 
     model = _bench_model(serve_config)
     ecfg = load_config(EvalConfig, REPO / eval_config, [f"max_windows={requests}"])
     if trained := trained_windows(model):
-        ecfg.windows = {style: list(pairs[0]) for style, pairs in trained.items()}
+        ecfg.windows = first_windows(trained)
     seed, wins, _ = test_items(ecfg)
     cap = ecfg.max_new_tokens
     shipped = f"shipped ({serve_config})"

@@ -233,6 +233,12 @@ def interleaved(conversations: dict, n: int | None) -> dict:
     return {cid: c for cid, c in conversations.items() if cid in keep}
 
 
+def first_windows(windows: dict) -> dict:
+    """{style: [[W, O], ...]} (most rows first) -> {style: [W, O]}: the window each style is evaluated and
+    served with by default."""
+    return {style: list(pairs[0]) for style, pairs in windows.items()}
+
+
 def describe_windows(windows: dict) -> str:
     """{style: [[W, O], ...]} -> "multi-party 6/1; user-assistant 4/1" """
     return "; ".join(f"{style} {', '.join(f'{w}/{o}' for w, o in pairs)}" for style, pairs in windows.items()) or "none"

@@ -6,8 +6,8 @@
 
 Rows are conversational prompt/completion pairs from `memdistill data` (a missing dataset is an error that
 names that command); the loss covers the completion only. A run killed after a checkpoint resumes
-from it when started again with the same output_dir. The run leaves `adapter/`, `loss.png` and
-`summary.json` in output_dir.
+from it when started again with the same output_dir. The run leaves `adapter/` (LoRA) or `model/`
+(finetune=full), `loss.png` and `summary.json` in output_dir.
 """
 
 from __future__ import annotations
@@ -258,12 +258,6 @@ def train_only_layers(model, layers: list | None) -> None:
         p.requires_grad = (m is not None and (wanted is None or int(m.group(1)) in wanted)) or name.endswith(
             "model.norm.weight"
         )
-
-
-def saved_dir(output_dir) -> Path:
-    """Where a training run left its result: adapter/ (LoRA) or model/ (full fine-tuning)."""
-    out = Path(output_dir)
-    return out / "model" if (out / "model" / "memdistill.json").exists() else out / "adapter"
 
 
 def last_checkpoint(output_dir: str) -> str | None:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 from memdistill.core.config import job_config
 from memdistill.core.io import atomic_dir, write_json, write_text
-from memdistill.core.models import read_meta
+from memdistill.core.models import read_meta, saved_dir
 from memdistill.core.report import card_front_matter, card_metrics, card_training
 from memdistill.spec import SCHEMA_VERSION
 from memdistill.spec.dialogue import describe_windows
-from memdistill.train.extractor import saved_dir
 
 
 @dataclass
