@@ -10,11 +10,13 @@
 #   make train-router    train the TriMEM type router (MiniLM on CPU; *_roberta_base.yaml for GPU)
 #   make train-planner   train the TiMem recall planner (3-class complexity)
 #   make train-gate      train the TiMem recall gate (cross-encoder)
+#   make train-consolidator  train the DimMem memory-update consolidator (MERGE / SUPERSEDE / KEEPBOTH)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
 #   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
-#   make eval-encoders   router / planner / gate vs the served LM and rules on the test split (runs/eval-encoders)
+#   make eval-encoders   router / planner / gate / consolidator vs the served LM and rules on the test split
+#   make eval-consolidation  banks consolidated as records arrive, knowledge-update ranking (runs/eval-consolidation)
 #   make ablate          extractor levers, each built, trained and evaluated on the dev split (runs/ablate)
 #   make bench           benchmarks, each printed as ratios measured side by side in one run
 #   make lock            re-pin constraints-cpu.txt from the current venv
@@ -65,9 +67,9 @@ data: setup
 train-extractor: setup models data
 	$(PY) -m memdistill train extractor --config $(TRAIN_CONFIG) $(ARGS)
 
-.PHONY: train-router train-planner train-gate eval-encoders
+.PHONY: train-router train-planner train-gate train-consolidator eval-encoders
 # ENCODER_CONFIG=configs/training/router_roberta_base.yaml make train-router  (GPU recipe)
-train-router train-planner train-gate: train-%: setup models data
+train-router train-planner train-gate train-consolidator: train-%: setup models data
 	$(PY) -m memdistill train $* --config $(or $(ENCODER_CONFIG),configs/training/$*_cpu.yaml) $(ARGS)
 
 merge: setup models
@@ -84,6 +86,10 @@ eval-e2e: setup models
 
 eval-encoders: setup models data
 	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
+
+.PHONY: eval-consolidation
+eval-consolidation: setup models
+	$(PY) -m memdistill eval-consolidation --config configs/eval/consolidation_cpu.yaml $(ARGS)
 
 .PHONY: ablate
 ablate: setup models

@@ -7,7 +7,7 @@ memdistill check-seed [DIR]                         validate the gold corpus, pr
 memdistill data --config configs/data/seed.yaml [key=value ...]
 memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
 memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
-memdistill train router|planner|gate --config configs/training/<task>_cpu.yaml [key=value ...]
+memdistill train router|planner|gate|consolidator --config configs/training/<task>_cpu.yaml [key=value ...]
 memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
@@ -155,10 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("eval", "compare extractors on the gold test split", _job("memdistill.eval.extractor")),
         (
             "eval-encoders",
-            "router, planner and gate vs the served LM and rules on the gold test split",
+            "router, planner, gate and consolidator vs the served LM and rules on the gold test split",
             _job("memdistill.eval.encoders"),
         ),
         ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
+        (
+            "eval-consolidation",
+            "banks consolidated as records arrive: update efficiency, knowledge-update ranking, recall",
+            _job("memdistill.eval.consolidation"),
+        ),
         ("ablate", "extractor variants built, trained and evaluated side by side", _job("memdistill.eval.ablate")),
         ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server")),
     ]
@@ -174,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("router", "memdistill.train.encoder"),
         ("planner", "memdistill.train.encoder"),
         ("gate", "memdistill.train.encoder"),
+        ("consolidator", "memdistill.train.encoder"),
     ):
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")

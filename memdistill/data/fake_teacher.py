@@ -31,7 +31,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memdistill.spec.recall_gate import BUDGETS
 
 FAULTS = ("400", "429", "500", "503", "hang", "drop", "bad_body", "malformed", "truncated")
@@ -105,6 +105,20 @@ def _gate(user: str) -> dict:
     return {"kept_ids": kept[:BUDGETS.get(complexity, 8)]}
 
 
+def _consolidation(user: str) -> dict:
+    """SUPERSEDE when the new record says "now"/"instead", MERGE when the two contents share half their
+    words (the new wording kept), else KEEPBOTH."""
+    old, new = (re.search(rf"{k} record: \[(\w+)\] \| ([^|]*)", user) for k in ("Existing", "New"))
+    words = [set(_keywords(m.group(2), 100)) for m in (old, new)]
+    if re.search(r"\b(now|instead)\b", new.group(2), re.I):
+        return {"action": "SUPERSEDE", "merged": None}
+    if words[0] and words[1] and len(words[0] & words[1]) >= 0.5 * len(words[0] | words[1]):
+        dim = {"memory_type": new.group(1), "time": "", "location": "", "reason": "", "purpose": "",
+               "keywords": sorted(words[1])[:3]}
+        return {"action": "MERGE", "merged": {"content": new.group(2).strip(), "dimension": dim}}
+    return {"action": "KEEPBOTH", "merged": None}
+
+
 def answer(messages: list[dict]) -> str:
     """The deterministic answer to a spec teacher (or student) request."""
     system, user = messages[0]["content"], messages[-1]["content"]
@@ -122,6 +136,8 @@ def answer(messages: list[dict]) -> str:
         out = _query(after("Question:"))
     elif system in (recall_gate.TEACHER_SYSTEM, recall_gate.STUDENT_SYSTEM):
         out = _gate(user)
+    elif system in (consolidation.TEACHER_SYSTEM, consolidation.STUDENT_SYSTEM):
+        out = _consolidation(user)
     else:
         out = {"answer": "unknown task"}
     return json.dumps(out)

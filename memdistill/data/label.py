@@ -16,6 +16,10 @@ earlier labels:
   recall_gate  each planned question, with the `gate_candidates` memories BM25 ranks highest among
                the records the extraction job wrote for that conversation (shuffled with a fixed
                seed so the teacher sees no rank order) -> the ids to keep.
+  consolidation  the extraction job's records of each conversation in the order they were said, each
+               against every earlier one that passes the candidate cascade (`pair_cascade`: same
+               memory_type, keywords and/or MiniLM cosine, as the runtime asks) -> MERGE / SUPERSEDE /
+               KEEPBOTH (+ the merged record).
 
 Each job appends to <label_dir>/<job>/labels.jsonl one line per item as soon as it is done (flushed
 and fsync'd): item_id, key, status ("ok" | "rejected"), reasons, input (what the build needs to make
@@ -54,14 +58,14 @@ from memdistill.data.sources import load
 from memdistill.data.teacher import Reply, Teacher, TeacherError, TeacherFatal, cost, settings_from_dict
 from memdistill.core.config import ConfigError
 from memdistill.core.io import JsonlError, load_jsonl, recover_log
-from memdistill.spec import TASKS, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import TASKS, consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memdistill.spec.dialogue import Conversation, Window, windows
 from memdistill.spec.jsonout import Problem, load_json
 
 # Answers the student would learn to cut short: reject even when something was salvaged.
 ALWAYS_REJECT = {"truncated_output", "unterminated_think"}
 # Output caps for the short-answer jobs (extraction uses the teacher's max_tokens).
-MAX_TOKENS = {"query_parse": 512, "memory_type": 64, "recall_plan": 128, "recall_gate": 512}
+MAX_TOKENS = {"query_parse": 512, "memory_type": 64, "recall_plan": 128, "recall_gate": 512, "consolidation": 512}
 SOURCE_KEYS = {"format", "path", "name", "style", "max_conversations"}
 
 
@@ -200,6 +204,37 @@ def gate_items(convs: list[SourceConv], extracted: dict, planned: dict, n_candid
     return items
 
 
+def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: dict, cascade: dict) -> list[Item]:
+    """Pair items from the extraction job's records (first window setting of each style), in the order
+    the records were said; each new record against every earlier record the cascade passes."""
+    from memdistill.core.embedder import Embedder
+
+    embed = Embedder()
+    recs: dict[tuple, list] = {}
+    for rec in extracted.values():
+        inp = rec["input"]
+        if rec["status"] == "ok" and inp["window_setting"] == list(window_pairs[inp["style"]][0]):
+            w = Window.from_json(inp["window"])
+            for r in rec["label"]["records"]:
+                t = w.turn_for(r["source_id"])
+                stored = consolidation.StoredRecord(r["content"], extraction.Dimension(**r["dimension"]), t.speaker,
+                                                    t.timestamp.isoformat())
+                recs.setdefault((rec["source"], rec["conversation_id"]), []).append((w.window_index, r["source_id"], stored))
+    items = []
+    for sc in convs:
+        ordered, seen = [], set()
+        for _, _, s in sorted(recs.get((sc.source, sc.conv.conversation_id), []), key=lambda x: x[:2]):
+            key = json.dumps(s.to_json(), sort_keys=True)
+            if key not in seen:  # a record repeated by overlapping windows counts once
+                seen.add(key)
+                ordered.append(s)
+        for j, new in enumerate(ordered):
+            picked, _ = consolidation.candidates(new, ordered[:j], embed, **cascade)
+            items += [Item("consolidation", f"{sc.source}|{sc.conv.conversation_id}|p{j}-{i}", sc,
+                           {"new": new.to_json(), "existing": ordered[i].to_json()}) for i, _ in picked]
+    return items
+
+
 def _limit(items: list[Item], n: int | None) -> list[Item]:
     """At most n items, chosen by hash of the id: deterministic and spread over every conversation."""
     if n is None or len(items) <= n:
@@ -262,6 +297,12 @@ async def ask(item: Item, t: Teacher, min_candidates: int) -> Outcome:
                              recall_gate.json_schema(), "gate", cap)
         res = recall_gate.parse(r.text, n_candidates=len(cands), complexity=inp["complexity"])
         return Outcome(res.ok, {"kept_ids": res.kept_ids} if res.ok else None, res.problems, [r])
+    if job == "consolidation":
+        new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
+        r = await t.complete(consolidation.chat_messages(new, old, "teacher"), consolidation.json_schema(), "decision", cap)
+        res = consolidation.parse(r.text, new, old)
+        label = {"action": res.action, "merged": res.merged.model_dump() if res.merged else None}
+        return Outcome(res.ok, label if res.ok else None, res.problems, [r])
     raise ValueError(f"unknown job {job!r}")
 
 
@@ -432,6 +473,8 @@ def check_jobs(jobs: list) -> list[str]:
         raise ConfigError(f"jobs: unknown job(s) {unknown}; expected some of {', '.join(TASKS)}")
     if "recall_gate" in jobs and not {"extraction", "recall_plan"} <= set(jobs):
         raise ConfigError("jobs: recall_gate needs extraction (its candidates) and recall_plan (its complexity)")
+    if "consolidation" in jobs and "extraction" not in jobs:
+        raise ConfigError("jobs: consolidation needs extraction (its records are the pairs)")
     return [j for j in TASKS if j in jobs]
 
 
@@ -456,6 +499,8 @@ async def run_all(cfg) -> tuple[dict, dict]:
             items = question_items(job, convs)
         elif job == "memory_type":
             items = snippet_items(convs, cfg.type_mode)
+        elif job == "consolidation":
+            items = consolidation_items(convs, results["extraction"], cfg.windows, cfg.pair_cascade)
         else:
             items = gate_items(convs, results["extraction"], results["recall_plan"], cfg.gate_candidates, cfg.windows)
         items = _limit(items, cfg.max_items.get(job))

@@ -28,6 +28,8 @@ class Question:
     category: str
     evidence: list[str]  # turn ids that hold the answer
     query: QueryAnalysis | None = None  # gold query analysis, when the dataset has one
+    # knowledge-update questions of the seed corpus: the turns holding the current and the replaced answer
+    update_turns: tuple[str, str] | None = None
 
 
 def _split_ids(value) -> list[str]:
@@ -73,9 +75,12 @@ def longmemeval_question(conv: Conversation) -> Question:
 
 
 def seed_questions(seed, split: str | None = "test") -> list[Question]:
+    def turns(u):
+        return (seed.memory(u["current"])["source_turn_id"], seed.memory(u["replaced"])["source_turn_id"]) if u else None
+
     return [Question(q["question_id"], q["conversation_id"], q["question"], parse_timestamp(q["question_date"]),
                      str(q.get("answer", "")), q.get("category") or "unknown", list(q.get("evidence") or []),
-                     QueryAnalysis.model_validate(q["query"]) if q.get("query") else None)
+                     QueryAnalysis.model_validate(q["query"]) if q.get("query") else None, turns(q.get("update")))
             for q in seed.rows("questions", split)]
 
 

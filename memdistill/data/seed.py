@@ -2,6 +2,7 @@
 
   memdistill check-seed [DIR]          validate everything and print statistics (make check-seed)
   python -m memdistill.data.seed gate [DIR]   rebuild gate.jsonl from questions + memories (deterministic)
+  python -m memdistill.data.seed check-pairs FILE...   validate consolidation pairs written apart (a helper's part)
 
 Snippets, questions and gate examples take the split of their conversation; standalone snippets carry
 their own.
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 from memdistill.core.io import load_jsonl
 from memdistill.core.models import REPO
 from memdistill.data.sources import SourceError, load_seed
-from memdistill.spec import memory_type, recall_plan
+from memdistill.spec import consolidation, memory_type, recall_plan
 from memdistill.spec.dialogue import Conversation, Window, parse_timestamp
 from memdistill.spec.extraction import Dimension, records_for_window, time_bounds, time_problem
 from memdistill.spec.query_parse import QueryAnalysis
@@ -38,7 +39,9 @@ CATEGORIES = {
 }
 # What the issue asks of the corpus; check() reports shortfalls as errors.
 MINIMUMS = {"conversations": 40, "multi-party": 20, "user-assistant": 20, "memories": 800, "types": 500,
-            "questions": 200, "answered multi-party questions": 100, "gate": 150}
+            "questions": 200, "answered multi-party questions": 100, "gate": 150, "consolidation pairs": 400,
+            "knowledge-update questions": 40}
+PAIR_ORIGINS = ("cascade", "change", "restated", "hard_negative", "related")
 GATE_CANDIDATES = (10, 30)
 
 
@@ -54,6 +57,7 @@ class Seed:
     types: list[dict]
     questions: list[dict]
     gate: list[dict]
+    pairs: list[dict] = field(default_factory=list)  # consolidation.jsonl
 
     def split_of(self, row: dict) -> str:
         return row.get("split") or self.split[row["conversation_id"]]
@@ -69,13 +73,32 @@ class Seed:
         """The gold DimMem records of a window (source_id = message number in that window)."""
         return records_for_window(window, self.memories_of(window.conversation_id))
 
+    def memory(self, memory_id: str) -> dict:
+        if not hasattr(self, "_by_id"):
+            self._by_id = {m["memory_id"]: m for m in self.memories}
+        if memory_id not in self._by_id:
+            raise KeyError(f"no gold memory {memory_id!r}")
+        return self._by_id[memory_id]
+
+    def stored(self, conversation_id: str, ref) -> tuple[consolidation.StoredRecord, int]:
+        """A pair side (a gold memory id, or an inline record with its source_turn_id) as the consolidator
+        sees it, with its source turn's position in the conversation."""
+        conv = self.conversations[conversation_id]
+        row = self.memory(ref) if isinstance(ref, str) else ref
+        if row.get("conversation_id", conversation_id) != conversation_id:
+            raise KeyError(f"memory {ref!r} is not a record of {conversation_id}")
+        turn = conv.turn(row["source_turn_id"])
+        rec = consolidation.StoredRecord(row["content"], Dimension(**row["dimension"]), turn.speaker,
+                                         turn.timestamp.isoformat())
+        return rec, [t.turn_id for t in conv.turns].index(turn.turn_id)
+
 
 def load(seed_dir=SEED_DIR) -> Seed:
     d = Path(seed_dir)
     convs = {c.conversation_id: c for c in load_seed(d / "conversations.jsonl")}
     split = {c.conversation_id: c.meta.get("split") for c in convs.values()}
     return Seed(convs, split, _rows(d / "memories.jsonl"), _rows(d / "types.jsonl"),
-                _rows(d / "questions.jsonl"), _rows(d / "gate.jsonl"))
+                _rows(d / "questions.jsonl"), _rows(d / "gate.jsonl"), _rows(d / "consolidation.jsonl"))
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -120,6 +143,7 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
     _check_types(seed, rep)
     _check_questions(seed, rep)
     _check_gate(seed, rep)
+    check_pairs(seed, seed.pairs, "consolidation.jsonl", rep)
     _check_splits(seed, rep)
     _stats(seed, rep)
     if minimums:
@@ -127,6 +151,10 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
         for name, least in MINIMUMS.items():
             if counts[name] < least:
                 rep.errors.append(f"corpus: {counts[name]} {name}, at least {least} required")
+        actions = Counter(p.get("action") for p in seed.pairs)
+        for a in consolidation.ACTIONS:
+            if actions[a] / (len(seed.pairs) or 1) < 0.2:
+                rep.errors.append(f"consolidation.jsonl: action {a} is {actions[a]}/{len(seed.pairs)} pairs, under 20%")
         n = len(seed.memories) or 1
         for t, c in Counter(m["dimension"]["memory_type"] for m in seed.memories).items():
             if c / n < 0.2:
@@ -138,6 +166,8 @@ def _counts(seed: Seed) -> Counter:
     styles = Counter(c.style for c in seed.conversations.values())
     return Counter({"conversations": len(seed.conversations), **styles, "memories": len(seed.memories),
                     "types": len(seed.types), "questions": len(seed.questions), "gate": len(seed.gate),
+                    "consolidation pairs": len(seed.pairs),
+                    "knowledge-update questions": sum(1 for q in seed.questions if q.get("update")),
                     "answered multi-party questions": sum(
                         1 for q in seed.questions if q.get("answer") and q.get("evidence")
                         and seed.conversations.get(q["conversation_id"]) is not None
@@ -269,10 +299,84 @@ def _check_questions(seed: Seed, rep: Report):
                 rep.errors.append(f"{where}: plan keywords {p.keywords} name a person")
         except ValidationError as e:
             rep.errors.append(f"{where}: plan invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+        if q.get("update") is not None:
+            _check_update(seed, q, where, rep)
         try:
             QueryAnalysis.model_validate_json(json.dumps(q.get("query")))
         except ValidationError as e:
             rep.errors.append(f"{where}: query invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+
+
+def _check_update(seed: Seed, q: dict, where: str, rep: Report):
+    """A knowledge-update question names the record holding the current answer and the one it replaced;
+    the pair must be labelled SUPERSEDE in consolidation.jsonl."""
+    u = q["update"]
+    if not isinstance(u, dict) or set(u) != {"current", "replaced"}:
+        rep.errors.append(f"{where}: update must be {{\"current\": memory id, \"replaced\": memory id}}")
+        return
+    try:
+        _, i_new = seed.stored(q["conversation_id"], u["current"])
+        _, i_old = seed.stored(q["conversation_id"], u["replaced"])
+    except KeyError as e:
+        rep.errors.append(f"{where}: update: {e.args[0]}")
+        return
+    if i_new <= i_old:
+        rep.errors.append(f"{where}: update: current {u['current']} is not stated after replaced {u['replaced']}")
+    if u["current"] not in (q.get("evidence_memory_ids") or []):
+        rep.errors.append(f"{where}: update: current {u['current']} is not among evidence_memory_ids")
+    if not any(p.get("new") == u["current"] and p.get("existing") == u["replaced"] and p.get("action") == "SUPERSEDE"
+               for p in seed.pairs):
+        rep.errors.append(f"{where}: update: no SUPERSEDE pair ({u['current']} over {u['replaced']}) in consolidation.jsonl")
+
+
+def check_pairs(seed: Seed, rows: list[dict], file: str, rep: Report):
+    """Consolidation pairs: both sides records of the conversation (the new one a gold memory id or an
+    inline record with source_turn_id), the new one stated later, an action, and a merged record exactly
+    for MERGE."""
+    pair_keys = set()
+    for where, p in _numbered(rows, file, "pair_id", rep):
+        missing = {"pair_id", "conversation_id", "existing", "new", "action", "origin"} - set(p)
+        if missing:
+            rep.errors.append(f"{where}: missing {sorted(missing)}")
+            continue
+        cid = p["conversation_id"]
+        if cid not in seed.conversations:
+            rep.errors.append(f"{where}: unknown conversation {cid!r}")
+            continue
+        if not str(p["pair_id"]).startswith(f"{cid}-c"):
+            rep.errors.append(f"{where}: pair_id should look like {cid}-c001")
+        if p["action"] not in consolidation.ACTIONS:
+            rep.errors.append(f"{where}: action {p['action']!r} not in {consolidation.ACTIONS}")
+        if p["origin"] not in PAIR_ORIGINS:
+            rep.errors.append(f"{where}: origin {p['origin']!r} not in {PAIR_ORIGINS}")
+        if not isinstance(p["existing"], str):
+            rep.errors.append(f"{where}: existing must be a gold memory id")
+            continue
+        if isinstance(p["new"], dict):
+            extra = set(p["new"]) - {"source_turn_id", "content", "dimension", "is_plan"}
+            if extra or not {"source_turn_id", "content", "dimension"} <= set(p["new"]):
+                rep.errors.append(f"{where}: an inline new record has source_turn_id, content, dimension (and is_plan)")
+                continue
+        try:
+            new, i_new = seed.stored(cid, p["new"])
+            old, i_old = seed.stored(cid, p["existing"])
+        except (KeyError, TypeError, ValidationError) as e:
+            rep.errors.append(f"{where}: {e.args[0] if isinstance(e, KeyError) else e}".splitlines()[0])
+            continue
+        if i_new <= i_old:
+            rep.errors.append(f"{where}: the new record's turn is not after the existing record's turn")
+        key = (p["existing"], json.dumps(p["new"], sort_keys=True))
+        if key in pair_keys:
+            rep.errors.append(f"{where}: the same pair is labelled twice")
+        pair_keys.add(key)
+        merged = p.get("merged")
+        if p["action"] == "MERGE":
+            try:
+                consolidation.MergedRecord.model_validate_json(json.dumps(merged))
+            except ValidationError as e:
+                rep.errors.append(f"{where}: merged invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+        elif merged is not None:
+            rep.errors.append(f"{where}: merged must be null unless the action is MERGE")
 
 
 def _check_gate(seed: Seed, rep: Report):
@@ -322,7 +426,8 @@ def _stats(seed: Seed, rep: Report):
         row("conversations", convs), row("  multi-party", lambda s: convs(s, "multi-party")),
         row("  user-assistant", lambda s: convs(s, "user-assistant")), row("turns", turns),
         row("memories", lambda s: len(seed.rows("memories", s))), row("types", lambda s: len(seed.rows("types", s))),
-        row("questions", lambda s: len(seed.rows("questions", s))), row("gate", lambda s: len(seed.rows("gate", s)))])
+        row("questions", lambda s: len(seed.rows("questions", s))), row("gate", lambda s: len(seed.rows("gate", s))),
+        row("consolidation pairs", lambda s: len(seed.rows("pairs", s)))])
 
     def dist(title, kind, key_fn, keys):
         rows = []
@@ -343,6 +448,11 @@ def _stats(seed: Seed, rep: Report):
     dist("Query analysis", "questions", lambda q: (["need_assistant_context"] if q["query"]["need_assistant_context"] else [])
          + [f"answer_dim={q['query']['answer_dim'] or '(reasoning)'}"],
          ["need_assistant_context"] + [f"answer_dim={a}" for a in ("content", "time", "location", "reason", "purpose", "keywords", "(reasoning)")])
+    if seed.pairs:
+        dist("Consolidation pairs (consolidation.jsonl)", "pairs", lambda p: [p["action"], f"origin={p['origin']}"]
+             + (["inline new record"] if isinstance(p["new"], dict) else []),
+             [*consolidation.ACTIONS, *(f"origin={o}" for o in PAIR_ORIGINS), "inline new record"])
+        dist("Knowledge-update questions", "questions", lambda q: ["update"] if q.get("update") else [], ["update"])
     if seed.gate:
         rep.table("Gate examples", ["complexity", "examples", "mean candidates", "mean kept"], [
             [c, len(g), round(sum(len(x["candidates"]) for x in g) / len(g), 1), round(sum(len(x["kept_ids"]) for x in g) / len(g), 1)]
@@ -389,6 +499,12 @@ def build_gate(seed: Seed, rng_seed: int = 13) -> list[dict]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "check-pairs":
+        seed, rep = load(SEED_DIR), Report()
+        for f in sys.argv[2:]:
+            check_pairs(seed, load_jsonl(Path(f), SourceError), f, rep)
+        print("\n".join(rep.errors) or "pairs valid")
+        sys.exit(1 if rep.errors else 0)
     if len(sys.argv) >= 2 and sys.argv[1] == "gate":
         d = Path(sys.argv[2]) if len(sys.argv) > 2 else SEED_DIR
         rows = build_gate(load(d))

@@ -18,10 +18,11 @@ Sections:
   against the fake OpenAI-compatible teacher (memdistill/data/fake_teacher.py, in its own process) with a fixed
   per-request latency;
   speed-up over concurrency 1 next to the ideal min(c, windows).
-- encoders: milliseconds per decision of the trained router and planner through vLLM `/classify`
-  against the same decision by the served LM (chat completions through the SDK's LM path), at batch
-  size 1 (one request per decision, one after another) and 32 (encoder: 32 inputs in one request; LM:
-  32 concurrent requests), with the ratio LM / encoder. Needs `make train-router train-planner`.
+- encoders: milliseconds per decision of the trained router, planner and consolidator (memory-update
+  pairs) through vLLM `/classify` against the same decision by the served LM (chat completions through
+  the SDK's LM path), at batch size 1 (one request per decision, one after another) and 32 (encoder: 32
+  inputs in one request; LM: 32 concurrent requests), with the ratio LM / encoder. Needs `make
+  train-router train-planner`; the consolidator is measured when `make train-consolidator` has run.
 
 The output is one detail table per section and one table of every headline ratio
 (runs/bench/bench.md, bench.json).
@@ -346,8 +347,12 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
                 f"(make {' '.join('train-' + m for m in missing)})",
             }
         ]
-    read = lambda t: [json.loads(x)["text"] for x in (REPO / f"data/built/{t}/test.jsonl").read_text().splitlines()]  # noqa: E731
-    texts = {"router": (read("router") * 2)[:n], "planner": (read("planner") * 2)[:n]}
+    rows_of = lambda t: [json.loads(x) for x in (REPO / f"data/built/{t}/test.jsonl").read_text().splitlines()]  # noqa: E731
+    texts = {t: ([r["text"] for r in rows_of(t)] * 2)[:n] for t in ("router", "planner")}
+    tasks = ["router", "planner"]
+    if cfg.consolidator and (Path(cfg.consolidator) / "config.json").exists():
+        tasks.append("consolidator")
+        texts["consolidator"] = ([(r["new"], r["existing"]) for r in rows_of("consolidator")] * 2)[:n]
 
     def timed(fn, batch: int) -> float:
         """Seconds per decision over `rounds` passes of n decisions, in groups of `batch`."""
@@ -366,6 +371,7 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
             None,
             router_url=servers.encoder_urls["router"],
             planner_url=servers.encoder_urls["planner"],
+            consolidator_url=servers.encoder_urls.get("consolidator"),
             timeout=600,
             max_retries=0,
         )
@@ -375,6 +381,10 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
             per["planner", "encoder", b] = timed(
                 lambda i, b: [complexity_of(p) for p in mm.classify("planner", texts["planner"][i : i + b])], b
             )
+            if "consolidator" in tasks:
+                per["consolidator", "encoder", b] = timed(
+                    lambda i, b: mm.consolidate_pairs(texts["consolidator"][i : i + b]), b
+                )
     lm_cfg = private_serve_config(serve_config)
     with Servers(lm_cfg, log_dir=tempfile.mkdtemp(prefix="bench-lm-")) as servers:
         mm = MemoryModels(f"{servers.urls[0]}/v1", timeout=600, max_retries=0, max_concurrency=32)
@@ -384,8 +394,12 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
             for b in (1, 32):
                 per["router", "LM", b] = timed(lambda i, b: mm.classify_types(texts["router"][i : i + b]), b)
                 per["planner", "LM", b] = timed(lambda i, b: list(pool.map(mm.plan, texts["planner"][i : i + b])), b)
+                if "consolidator" in tasks:  # the SDK sends the pairs concurrently (max_concurrency 32)
+                    per["consolidator", "LM", b] = timed(
+                        lambda i, b: mm.consolidate_pairs(texts["consolidator"][i : i + b]), b
+                    )
     rows = []
-    for task in ("router", "planner"):
+    for task in tasks:
         for b in (1, 32):
             e, lm = per[task, "encoder", b], per[task, "LM", b]
             rows.append(

@@ -1,4 +1,5 @@
-"""Router, planner and gate on the gold test split, each beside the served LM (zero-shot) and a rule baseline.
+"""Router, planner, gate and consolidator on the gold test split, each beside the served LM (zero-shot) and a
+rule baseline.
 
   memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]        (make eval-encoders)
 
@@ -14,7 +15,9 @@ Layouts. Router (MemoType Table 9): per type, ACC = binary accuracy of "type pre
 of that type; overall ACC = exact match of the whole label set (none = the empty set), overall F1 = macro
 average of the three per-type F1 (micro F1 reported too). Planner: accuracy and macro-F1 over simple /
 hybrid / complex. Gate: keep precision / recall / F1 over all (example, candidate) pairs, and the share of
-candidate tokens (whitespace words) removed; gold's share is the reference. An LM answer that does not
+candidate tokens (whitespace words) removed; gold's share is the reference. Consolidator: action accuracy,
+macro-F1 and per-action precision / recall over the gold pairs (data/seed/consolidation.jsonl), with 95%
+bootstrap intervals and the majority-action baseline. An LM answer that does not
 parse counts as wrong (router: no label and not an exact match; planner: wrong class; gate: keeps every
 candidate, as a memory stack would when its gate fails). Output: runs/eval-encoders/<time>/ with
 metrics.json, predictions.jsonl, report.md and PNG charts.
@@ -32,19 +35,21 @@ from pathlib import Path
 
 from memdistill.core.config import job_config
 from memdistill.core.report import draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
-from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores, router_scores
-from memdistill.spec import memory_type, recall_gate, recall_plan
+from memdistill.metrics.encoders import consolidator_scores, gate_examples, gate_scores, planner_scores, router_scores
+from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
-TASKS = ("router", "planner", "gate")
+TASKS = ("router", "planner", "gate", "consolidator")
 
 
 @dataclass
 class EncoderEvalConfig:
     data_dir: str = "data/built"
     split: str = "test"
+    tasks: list = field(default_factory=lambda: list(TASKS))  # which encoders to evaluate
     router: str | None = "runs/router-cpu/model"  # exported model dirs; a missing one is skipped (reported)
     planner: str | None = "runs/planner-cpu/model"
     gate: str | None = "runs/gate-cpu/model"
+    consolidator: str | None = "runs/consolidator-cpu/model"
     lm: str = "runs/extractor-cpu/merged"  # the zero-shot LM when it exists, else fallback_lm
     fallback_lm: str = "embedded:smollm2-135m-instruct"
     lm_baseline: bool = True
@@ -137,6 +142,15 @@ def rule_gate(question: str, complexity: str, candidates: list[str]) -> list[int
     return ranked[: recall_gate.BUDGETS[complexity]]
 
 
+def rule_consolidator(row: dict) -> str:
+    """`consolidation.rule_action` on the pair (word overlap and dimensions only, no model)."""
+    return consolidation.rule_action(*_pair(row))
+
+
+def _pair(row: dict):
+    return consolidation.StoredRecord.from_json(row["new"]), consolidation.StoredRecord.from_json(row["existing"])
+
+
 # --- the job ----------------------------------------------------------------------------------------
 
 
@@ -162,6 +176,8 @@ def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
         pred = enc.classify_types([r["text"] for r in rows])
     elif task == "planner":
         pred = enc.complexity([r["text"] for r in rows])
+    elif task == "consolidator":
+        pred = enc.actions([_pair(r) for r in rows])
     else:
         pred = [
             recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
@@ -176,6 +192,8 @@ def rule_predictions(task: str, rows: list[dict]):
         pred = [rule_router(r["text"]) for r in rows]
     elif task == "planner":
         pred = [rule_planner(r["text"]) for r in rows]
+    elif task == "consolidator":
+        pred = [rule_consolidator(r) for r in rows]
     else:
         pred = [rule_gate(e["question"], e["complexity"], e["candidates"]) for e in gate_examples(rows)]
     return pred, time.time() - t0
@@ -188,6 +206,9 @@ def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
     if task == "router":
         res = mm.classify_types([r["text"] for r in rows])
         return [r.labels for r in res], time.time() - t0
+    if task == "consolidator":
+        res = mm.consolidate_pairs([_pair(r) for r in rows])
+        return [r.action if r.ok else None for r in res], time.time() - t0
     items = rows if task == "planner" else gate_examples(rows)
 
     def one(x):
@@ -207,6 +228,8 @@ def score(task: str, pred, rows: list[dict]) -> dict:
         return router_scores(pred, [r["labels"] for r in rows])
     if task == "planner":
         return planner_scores(pred, [r["label"] for r in rows])
+    if task == "consolidator":
+        return consolidator_scores(pred, [r["label"] for r in rows])
     return gate_scores(gate_examples(rows), pred)
 
 
@@ -217,13 +240,17 @@ def resolve_lm(cfg: EncoderEvalConfig) -> str:
 
 
 def run(cfg: EncoderEvalConfig) -> Path:
+    unknown = [t for t in cfg.tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"tasks: unknown {unknown}; expected some of {TASKS}")
+    tasks = [t for t in TASKS if t in cfg.tasks]
     out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    rows = {t: load_split(cfg, t) for t in TASKS}
-    preds: dict = {t: {} for t in TASKS}
-    seconds: dict = {t: {} for t in TASKS}
+    rows = {t: load_split(cfg, t) for t in tasks}
+    preds: dict = {t: {} for t in tasks}
+    seconds: dict = {t: {} for t in tasks}
     skipped = []
-    for t in TASKS:
+    for t in tasks:
         model_dir = getattr(cfg, t)
         if model_dir and (Path(model_dir) / "config.json").exists():
             preds[t]["encoder"], seconds[t]["encoder"] = encoder_predictions(t, model_dir, rows[t])
@@ -245,24 +272,24 @@ def run(cfg: EncoderEvalConfig) -> Path:
                 max_concurrency=cfg.concurrency,
                 timeout=600,
             )
-            for t in TASKS:
+            for t in tasks:
                 preds[t]["LM zero-shot"], seconds[t]["LM zero-shot"] = lm_predictions(mm, t, rows[t], cfg.concurrency)
     results = {
         t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
-        for t in TASKS
+        for t in tasks
     }
     meta = {
         "split": cfg.split,
         "data_dir": cfg.data_dir,
         "lm": lm,
-        "models": {t: getattr(cfg, t) for t in TASKS},
+        "models": {t: getattr(cfg, t) for t in tasks},
         "skipped": skipped,
     }
     (out / "metrics.json").write_text(json.dumps({**meta, "results": results}, indent=1))
     with (out / "predictions.jsonl").open("w") as f:
-        for t in TASKS:
+        for t in tasks:
             ids = (
-                [r.get("snippet_id") or r.get("question_id") for r in rows[t]]
+                [r.get("snippet_id") or r.get("question_id") or r.get("pair_id") for r in rows[t]]
                 if t != "gate"
                 else [e["gate_id"] for e in gate_examples(rows[t])]
             )
@@ -273,7 +300,7 @@ def run(cfg: EncoderEvalConfig) -> Path:
     if cfg.write_cards:
         from memdistill.train.encoder import write_card
 
-        for t in TASKS:
+        for t in tasks:
             if "encoder" in results[t] and (Path(getattr(cfg, t)) / "memdistill.json").exists():
                 write_card(
                     getattr(cfg, t),
@@ -296,15 +323,30 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
         "",
     ]
     L += [f"Skipped: {s}" for s in meta["skipped"]] + ([""] if meta["skipped"] else [])
-    r = results["router"]
-    L += [
+    if "router" in results:
+        L += router_section(results["router"])
+    if "planner" in results:
+        L += planner_section(results["planner"])
+    if "gate" in results:
+        L += gate_section(results["gate"])
+    if "consolidator" in results:
+        L += consolidator_section(results["consolidator"])
+    L += ["![router](router.png)", ""] if "router" in results else []
+    L += ["![planner and gate](planner_gate.png)", ""] if {"planner", "gate"} <= set(results) else []
+    L += ["![consolidator](consolidator.png)", ""] if "consolidator" in results else []
+    (out / "report.md").write_text("\n".join(L))
+    charts(out, results, meta)
+
+
+def router_section(r: dict) -> list[str]:
+    pct = lambda x: f"{100 * x:.2f}"  # noqa: E731
+    L = [
         "## Type router (MemoType Table 9 layout)",
         "",
         "Overall ACC = exact match of the label set (none = empty set); overall F1 = macro mean of the per-type F1. "
         "Per-type ACC = binary accuracy of 'type present', per-type F1 = binary F1 of that type. Values in %.",
         "",
     ]
-    pct = lambda x: f"{100 * x:.2f}"  # noqa: E731
     L += md_table(
         ["system", "Overall ACC", "Overall F1"]
         + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("ACC", "F1")]
@@ -317,7 +359,11 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
         ],
     )
     n = next(iter(r.values()))["n"] if r else 0
-    L += ["", f"{n} snippets.", "", "## Recall planner", ""]
+    return L + ["", f"{n} snippets.", ""]
+
+
+def planner_section(p: dict) -> list[str]:
+    L = ["## Recall planner", ""]
     L += md_table(
         ["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in recall_plan.COMPLEXITIES] + ["valid", "seconds"],
         [
@@ -329,11 +375,14 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
                 s["valid_rate"],
                 s["seconds"],
             ]
-            for name, s in results["planner"].items()
+            for name, s in p.items()
         ],
     )
-    L += [
-        "",
+    return L + [""]
+
+
+def gate_section(gate: dict) -> list[str]:
+    L = [
         "## Recall gate",
         "",
         f"Selection: `recall_gate.select` (budgets {recall_gate.BUDGETS}). "
@@ -351,42 +400,88 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
     ]
     L += md_table(
         ["system", "keep precision", "keep recall", "keep F1", "tokens removed", "kept / example", "valid", "seconds"],
-        [[name, *(s[c] for c in gate_cols)] for name, s in results["gate"].items()],
+        [[name, *(s[c] for c in gate_cols)] for name, s in gate.items()],
     )
-    g = next(iter(results["gate"].values()), None)
+    g = next(iter(gate.values()), None)
     if g:
         L += [
             "",
             f"{g['examples']} examples, {g['candidates']} candidates; "
             f"gold keeps remove {g['gold_tokens_removed_share']} of the tokens.",
         ]
-    L += ["", "![router](router.png)", "", "![planner and gate](planner_gate.png)", ""]
-    (out / "report.md").write_text("\n".join(L))
+    return L + [""]
 
-    cols = ["overall acc", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
-    grouped_bars(
-        out / "router.png",
-        {
-            name: [s["overall"]["acc"], s["overall"]["f1"]]
-            + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
-            for name, s in r.items()
-        },
-        cols,
-        f"type router, gold {meta['split']} split",
-        size=(9, 3.8),
-    )
-    fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
-    for ax, (task, keys) in zip(
-        axes,
-        (
-            ("planner", ["accuracy", "macro_f1"]),
-            ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
-        ),
-    ):
-        draw_grouped_bars(
-            ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15
+
+def consolidator_section(c: dict) -> list[str]:
+    L: list[str] = []
+    first = next(iter(c.values()), None)
+    if first:
+        base = first["majority_baseline"]
+        L += [
+            "## Memory-update consolidator (DimMem DA-Update)",
+            "",
+            f"{first['n']} gold pairs; gold shares {first['gold_share']}. Trivial baseline (always "
+            f"{base['action']}): accuracy {base['accuracy']}, macro-F1 {base['macro_f1']}. "
+            "Brackets: 95% bootstrap intervals (1,000 resamples of the pairs). An unreadable LM answer is wrong.",
+            "",
+        ]
+        L += md_table(
+            ["system", "accuracy", "macro-F1"] + [f"{a} P / R" for a in consolidation.ACTIONS] + ["valid", "seconds"],
+            [
+                [
+                    name,
+                    f"{s['accuracy']} [{s['accuracy_ci95'][0]}, {s['accuracy_ci95'][1]}]",
+                    f"{s['macro_f1']} [{s['macro_f1_ci95'][0]}, {s['macro_f1_ci95'][1]}]",
+                    *(
+                        f"{s['per_action'][a]['precision']} / {s['per_action'][a]['recall']}"
+                        for a in consolidation.ACTIONS
+                    ),
+                    s["valid_rate"],
+                    s["seconds"],
+                ]
+                for name, s in c.items()
+            ],
         )
-    save_figure(fig, out / "planner_gate.png")
+    return L + [""]
+
+
+def charts(out: Path, results: dict, meta: dict) -> None:
+    if "router" in results:
+        cols = ["overall acc", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
+        grouped_bars(
+            out / "router.png",
+            {
+                name: [s["overall"]["acc"], s["overall"]["f1"]]
+                + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
+                for name, s in results["router"].items()
+            },
+            cols,
+            f"type router, gold {meta['split']} split",
+            size=(9, 3.8),
+        )
+    if {"planner", "gate"} <= set(results):
+        fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
+        for ax, (task, keys) in zip(
+            axes,
+            (
+                ("planner", ["accuracy", "macro_f1"]),
+                ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
+            ),
+        ):
+            draw_grouped_bars(
+                ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15
+            )
+        save_figure(fig, out / "planner_gate.png")
+    if "consolidator" in results:
+        grouped_bars(
+            out / "consolidator.png",
+            {
+                name: [s["accuracy"], s["macro_f1"]] + [s["per_action"][a]["f1"] for a in consolidation.ACTIONS]
+                for name, s in results["consolidator"].items()
+            },  # fmt: skip
+            ["accuracy", "macro-F1"] + [f"F1 {a}" for a in consolidation.ACTIONS],
+            f"consolidator, gold {meta['split']} split",
+        )
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,13 @@
 """Metrics of the encoder tasks, shared by evaluation and by training (threshold tuning and dev figures):
 router (MemoType Table 9 layout), planner (accuracy, macro-F1), gate (keep precision / recall / F1 and
-the share of candidate tokens removed)."""
+the share of candidate tokens removed), consolidator (accuracy, macro-F1, per-action precision / recall,
+beside the majority-action baseline, with 95% bootstrap intervals)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from memdistill.spec import memory_type, recall_gate, recall_plan
+from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
 
 def binary_prf(pred: list[bool], gold: list[bool]) -> dict:
@@ -129,4 +130,48 @@ def gate_scores(examples: list[dict], kept: list[list[int] | None] | None = None
         "gold_tokens_removed_share": round(1 - gold_tokens / tokens, 4) if tokens else 0.0,
         "kept_per_example": round(n_kept / len(examples), 2) if examples else 0.0,
         "valid_rate": round(1 - invalid / len(examples), 4) if examples else 0.0,
+    }
+
+
+def bootstrap_ci(stat, n: int, reps: int = 1000, seed: int = 0) -> list[float]:
+    """95% percentile bootstrap interval of `stat(indices)` over `n` items resampled with replacement."""
+    import random
+
+    if not n:
+        return [0.0, 0.0]
+    rng = random.Random(seed)
+    vals = sorted(stat([rng.randrange(n) for _ in range(n)]) for _ in range(reps))
+    return [round(vals[int(0.025 * reps)], 4), round(vals[int(0.975 * reps) - 1], 4)]
+
+
+def consolidator_scores(pred: list[str | None], gold: list[str]) -> dict:
+    """Action accuracy, macro-F1 and per-action precision / recall / F1 over the gold pairs (None or an
+    unknown action = invalid, never right), the always-the-majority-action baseline, 95% bootstrap
+    intervals for accuracy and macro-F1."""
+    labs = list(consolidation.ACTIONS)
+
+    def acc(idx):
+        return sum(pred[i] == gold[i] for i in idx) / len(idx)
+
+    def macro(idx):
+        f = [binary_prf([pred[i] == a for i in idx], [gold[i] == a for i in idx])["f1"] for a in labs]
+        return sum(f) / len(f)
+
+    everything = list(range(len(gold)))
+    majority = max(labs, key=lambda a: (gold.count(a), -labs.index(a)))
+    per = {a: binary_prf([p == a for p in pred], [g == a for g in gold]) for a in labs}
+    return {
+        "n": len(gold),
+        "accuracy": round(acc(everything), 4) if gold else 0.0,
+        "accuracy_ci95": bootstrap_ci(acc, len(gold)),
+        "macro_f1": round(macro(everything), 4) if gold else 0.0,
+        "macro_f1_ci95": bootstrap_ci(macro, len(gold)),
+        "per_action": {a: {k: round(per[a][k], 4) for k in ("precision", "recall", "f1")} for a in labs},
+        "gold_share": {a: round(gold.count(a) / len(gold), 4) if gold else 0.0 for a in labs},
+        "majority_baseline": {
+            "action": majority,
+            "accuracy": round(gold.count(majority) / len(gold), 4) if gold else 0.0,
+            "macro_f1": round(binary_prf([True] * len(gold), [g == majority for g in gold])["f1"] / len(labs), 4),
+        },
+        "valid_rate": round(sum(p in labs for p in pred) / len(gold), 4) if gold else 0.0,
     }

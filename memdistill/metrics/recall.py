@@ -9,11 +9,12 @@ import numpy as np
 
 
 def evidence_coverage(hits: list, evidence: list[str]) -> tuple[float, bool]:
-    """(share of evidence turns that are a source turn of these hits, at least one covered)."""
+    """(share of evidence turns that are a source turn of these hits, at least one covered). A merged
+    record (memdistill.runtime.consolidate) points to the turns of every record merged into it."""
     if not evidence:
         raise ValueError("a question without evidence turns has no evidence recall")
     ev = set(evidence)
-    covered = ev & {h.item.turn_id for h in hits}
+    covered = ev & {t for h in hits for t in h.item.source_turns}
     return len(covered) / len(ev), bool(covered)
 
 

@@ -7,10 +7,16 @@ recall planner and the recall gate.
     rt = MemoryRuntime(bank, **hooks_from_models(mm))          # router, planner and gate from the endpoint
     recall = rt.recall("When did Tom adopt his dog?", conversation.conversation_id, query=mm.parse_query(...).query)
     print(rt.context(recall.kept))                             # the memory block an answer model reads
+
+Memory update as records arrive (never deleting; see memdistill.runtime.consolidate):
+    cons = Consolidator(mm.consolidate_pairs)                  # the served consolidator, or any decider
+    for item in new_items:
+        cons.add(bank, item)                                   # current records rank first afterwards
 """
 
 from memdistill.core.embedder import Embedder
 from memdistill.runtime.bank import BankError, MemoryBank, MemoryItem
+from memdistill.runtime.consolidate import Consolidator
 from memdistill.runtime.retrieval import (
     DIM_WEIGHTS,
     Hit,
@@ -24,6 +30,7 @@ from memdistill.runtime.retrieval import (
 
 __all__ = [
     "BankError",
+    "Consolidator",
     "DIM_WEIGHTS",
     "Embedder",
     "Hit",

@@ -23,6 +23,9 @@ class BankError(ValueError):
     pass
 
 
+STATUSES = ("current", "superseded", "merged")
+
+
 @dataclass
 class MemoryItem:
     memory_id: str
@@ -32,6 +35,30 @@ class MemoryItem:
     dimension: Dimension
     speaker: str | None = None
     timestamp: datetime | None = None  # of the source message
+    # Consolidation (memdistill.runtime.consolidate) marks, never deletes: "current", "superseded" (by
+    # superseded_by, holding until valid_until) or "merged" (into merged_into). A merged record keeps the
+    # source turns of every record it merged in `sources`.
+    status: str = "current"
+    superseded_by: str | None = None
+    valid_until: datetime | None = None
+    merged_into: str | None = None
+    sources: list[str] | None = None
+
+    @property
+    def current(self) -> bool:
+        return self.status == "current"
+
+    @property
+    def source_turns(self) -> list[str]:
+        return self.sources or [self.turn_id]
+
+    def stored(self):
+        """The record as the consolidator sees it (memdistill.spec.consolidation.StoredRecord)."""
+        from memdistill.spec.consolidation import StoredRecord
+
+        return StoredRecord(
+            self.content, self.dimension, self.speaker or "", self.timestamp.isoformat() if self.timestamp else ""
+        )
 
     def lexical_text(self) -> str:
         d = self.dimension
@@ -57,6 +84,17 @@ class MemoryItem:
             "timestamp": self.timestamp.isoformat() if self.timestamp else None,
             "content": self.content,
             "dimension": self.dimension.model_dump(),
+            **(
+                {
+                    "status": self.status,
+                    "superseded_by": self.superseded_by,
+                    "merged_into": self.merged_into,
+                    "valid_until": self.valid_until.isoformat() if self.valid_until else None,
+                    "sources": self.sources,
+                }
+                if self.status != "current" or self.sources
+                else {}
+            ),
         }
 
     @classmethod
@@ -80,6 +118,13 @@ class MemoryItem:
             raise BankError(f"{where}: field 'timestamp': {e}") from None
         if not str(row["content"]).strip():
             raise BankError(f"{where}: field 'content' is empty")
+        status = row.get("status") or "current"
+        if status not in STATUSES:
+            raise BankError(f"{where}: field 'status' is {status!r}, not one of {STATUSES}")
+        try:
+            until = parse_timestamp(row["valid_until"]) if row.get("valid_until") else None
+        except ValueError as e:
+            raise BankError(f"{where}: field 'valid_until': {e}") from None
         return cls(
             str(row.get("memory_id") or default_id),
             str(row["conversation_id"]),
@@ -88,6 +133,11 @@ class MemoryItem:
             dim,
             row.get("speaker", row.get("source_speaker")),
             ts,
+            status,
+            row.get("superseded_by"),
+            until,
+            row.get("merged_into"),
+            row.get("sources"),
         )
 
 
@@ -95,14 +145,26 @@ class MemoryBank:
     def __init__(self, items: Iterable[MemoryItem]):
         self.items = list(items)
         self._by_conv: dict[str, list[MemoryItem]] = defaultdict(list)
+        self._by_id: dict[str, MemoryItem] = {}
         for it in self.items:
             self._by_conv[it.conversation_id].append(it)
+            self._by_id.setdefault(it.memory_id, it)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def of(self, conversation_id: str) -> list[MemoryItem]:
         return self._by_conv.get(conversation_id, [])
+
+    def get(self, memory_id: str) -> MemoryItem | None:
+        return self._by_id.get(memory_id)
+
+    def add(self, item: MemoryItem) -> None:
+        if item.memory_id in self._by_id:
+            raise BankError(f"memory_id {item.memory_id!r} is already in the bank")
+        self.items.append(item)
+        self._by_conv[item.conversation_id].append(item)
+        self._by_id[item.memory_id] = item
 
     @classmethod
     def from_extracted(cls, memories) -> "MemoryBank":

@@ -26,6 +26,8 @@ Hooks (plain callables, all optional):
 - router(question) -> DimMem types; fills target types when the parsed query has none.
 - planner(question) -> "simple" | "hybrid" | "complex"; picks the recall budget (plan_budgets).
 - gate(question, complexity, candidate texts) -> kept 1-based ids among the budgeted candidates.
+Consolidated banks (memdistill.runtime.consolidate): current records rank before superseded or merged
+ones (`history="after"`), or the latter are dropped (`"drop"`) or ranked by score alone (`"mixed"`).
 `hooks_from_models` builds them from a MemoryModels endpoint (classify_types, plan, gate); `score_gate` turns a
 candidate scorer into a gate through memdistill.spec.recall_gate.select.
 """
@@ -45,6 +47,9 @@ from memdistill.spec.dialogue import Conversation
 from memdistill.spec.query_parse import QueryAnalysis, QueryDimension, time_range
 from memdistill.spec.recall_gate import BUDGETS, select
 
+# Where records that consolidation marked superseded or merged go in a ranking: after every current one,
+# nowhere, or wherever their score puts them (as if the bank were not consolidated).
+HISTORY = ("after", "drop", "mixed")
 DIM_WEIGHTS = {"type": 1.5, "time": 3.0, "location": 2.0, "keyword_phrase": 1.5, "keyword_tokens": 1.5}
 TRIMEM_TO_DIMMEM = {"EM": ("episodic",), "PM": ("profile", "fact"), "GM": ("fact",)}
 _WORD = re.compile(r"[a-z0-9]+")
@@ -118,7 +123,7 @@ class _ConvIndex:
     def __init__(self, items: list[MemoryItem], embed):
         import bm25s
 
-        self.items = items
+        self.items = list(items)  # a copy: the bank's list grows as records arrive
         self.bm25 = None
         if items:
             toks = bm25s.tokenize(
@@ -152,6 +157,7 @@ class MemoryRuntime:
         planner: Callable | None = None,
         gate: Callable | None = None,
         conversations: dict[str, Conversation] | None = None,
+        history: str = "after",
     ):
         if embed is None:
             embed = Embedder()
@@ -161,10 +167,14 @@ class MemoryRuntime:
         self.plan_budgets = dict(plan_budgets or BUDGETS)
         self.router, self.planner, self.gate = router, planner, gate
         self.conversations = conversations or {}
+        if history not in HISTORY:
+            raise ValueError(f"history={history!r}: expected one of {HISTORY}")
+        self.history = history
         self._index: dict[str, _ConvIndex] = {}
 
     def index(self, conversation_id: str) -> _ConvIndex:
-        if conversation_id not in self._index:
+        idx = self._index.get(conversation_id)
+        if idx is None or len(idx.items) != len(self.bank.of(conversation_id)):  # records added since
             self._index[conversation_id] = _ConvIndex(self.bank.of(conversation_id), self.embed)
         return self._index[conversation_id]
 
@@ -204,7 +214,11 @@ class MemoryRuntime:
         for i, hit in fused.items():
             if dim[i]:
                 hit.score += self.dim_weight * dim[i] / (self.rrf_k + 1)
-        ranked = sorted(fused.items(), key=lambda x: (-x[1].score, -cos[x[0]], x[0]))
+        # Consolidated banks: current records first, then (history="after") what they superseded or merged.
+        first = (lambda h: not h.item.current) if self.history != "mixed" else (lambda h: False)
+        ranked = sorted(fused.items(), key=lambda x: (first(x[1]), -x[1].score, -cos[x[0]], x[0]))
+        if self.history == "drop":
+            ranked = [x for x in ranked if x[1].item.current]
         seen, out = set(), []
         for _, hit in ranked:  # Dedup: an extractor may write the same sentence twice
             key = _fold(hit.item.content)

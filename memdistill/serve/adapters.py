@@ -11,6 +11,12 @@ and come back through mem0's search, optionally filtered by dimension:
     store_in_mem0(mem, mm.extract(conversation).memories, user_id="caroline")
     search_mem0(mem, "support group", user_id="caroline", memory_type="episodic")
 
+Memory update (mem0 2.x only adds): `store_in_mem0(..., consolidate=mm.consolidate_pairs)` compares each
+record with the user's current mem0 memories through DimMem's cascade and the consolidator first. Nothing
+is deleted: a superseded memory gets `status="superseded"`, `superseded_by` and `valid_until` in its
+metadata; MERGE stores the merged record (both source turns) and marks the two `status="merged"`;
+`search_mem0` returns current memories unless `history=True`.
+
 Plain OpenAI client / LightMem-style stacks: any code that already calls an OpenAI-compatible chat
 endpoint for extraction can point its base URL at `make serve` and use `openai_extraction_request`
 for the request body and the spec's `parse` on the answer (see README, "Serving").
@@ -21,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from memdistill.spec import extraction
+from memdistill.spec import consolidation, extraction
 from memdistill.spec.dialogue import Window
 from memdistill.spec.request import chat_request
 
@@ -87,22 +93,89 @@ def record_metadata(m) -> dict:
         "source_speaker": m.speaker,
         "source_timestamp": m.timestamp,
         "conversation_id": m.conversation_id,
+        "status": "current",
     }
 
 
-def store_in_mem0(mem, memories, user_id: str) -> list[str]:
-    """Add ExtractedMemory items to mem0 as raw memories; returns mem0's ids."""
+def _stored(hit: dict) -> consolidation.StoredRecord:
+    """A mem0 memory written by store_in_mem0, as the consolidator sees it."""
+    md = hit.get("metadata") or {}
+    kws = [k.strip() for k in str(md.get("keywords") or "").split(",") if k.strip()]
+    dim = extraction.Dimension(
+        memory_type=md.get("memory_type") or "fact",
+        time=md.get("time") or "",
+        location=md.get("location") or "",
+        reason=md.get("reason") or "",
+        purpose=md.get("purpose") or "",
+        keywords=kws,
+    )
+    return consolidation.StoredRecord(
+        hit["memory"], dim, md.get("source_speaker") or "", str(md.get("source_timestamp") or "")
+    )
+
+
+def store_in_mem0(
+    mem,
+    memories,
+    user_id: str,
+    consolidate=None,
+    embed=None,
+    jaccard_min: float = consolidation.JACCARD,
+    cosine_min: float = consolidation.COSINE,
+    keywords_then_cosine: bool = True,
+) -> list[str]:
+    """Add ExtractedMemory items to mem0 as raw memories (`infer=False`); returns mem0's ids of what was
+    added. With `consolidate` ((new, existing) pairs -> consolidation.ParseResult list, e.g.
+    `MemoryModels.consolidate_pairs`) each record is first checked against the user's current memories
+    (cascade thresholds as in memdistill.runtime.consolidate; `embed` defaults to MiniLM)."""
+    if consolidate is not None and embed is None:
+        from memdistill.core.embedder import Embedder
+
+        embed = Embedder()
     ids = []
     for m in memories:
-        out = mem.add(m.record.content, user_id=user_id, metadata=record_metadata(m), infer=False)
-        ids += [r["id"] for r in out.get("results", [])]
+        md = record_metadata(m)
+        decisions = []
+        if consolidate is not None:
+            current = mem.get_all(filters={"user_id": user_id, "status": "current"}, top_k=100_000)["results"]
+            new = consolidation.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
+            picked, _ = consolidation.candidates(
+                new, [_stored(h) for h in current], embed, jaccard_min, cosine_min, keywords_then_cosine
+            )
+            results = consolidate([(new, _stored(current[i])) for i, _ in picked]) if picked else []
+            decisions = [(current[i], r) for (i, _), r in zip(picked, results)]
+        out = mem.add(m.record.content, user_id=user_id, metadata=md, infer=False)
+        new_ids = [r["id"] for r in out.get("results", [])]
+        ids += new_ids
+        merge = next(((old, r) for old, r in decisions if r.action == "MERGE"), None)
+        for old, r in decisions:
+            if r.action == "SUPERSEDE":
+                mem.update(old["id"], metadata={"status": "superseded", "superseded_by": new_ids[0],
+                                                 "valid_until": m.timestamp})  # fmt: skip
+        if merge is not None:
+            old, r = merge
+            merged = r.merged or consolidation.merge_rule(new, _stored(old))
+            d, omd = merged.dimension, old.get("metadata") or {}
+            sources = [*str(omd.get("sources") or omd.get("source_turn_id") or "").split(", "), m.turn_id]
+            mmd = {**md, "memory_type": d.memory_type, "time": d.time, "location": d.location, "reason": d.reason,
+                   "purpose": d.purpose, "keywords": ", ".join(d.keywords),
+                   "sources": ", ".join(dict.fromkeys(s for s in sources if s))}  # fmt: skip
+            got = mem.add(merged.content, user_id=user_id, metadata=mmd, infer=False).get("results", [])
+            ids += [x["id"] for x in got]
+            for mid in (old["id"], *new_ids):
+                mem.update(mid, metadata={"status": "merged", "merged_into": got[0]["id"]})
     return ids
 
 
-def search_mem0(mem, query: str, user_id: str, top_k: int = 5, memory_type: str | None = None) -> list[dict]:
+def search_mem0(
+    mem, query: str, user_id: str, top_k: int = 5, memory_type: str | None = None, history: bool = False
+) -> list[dict]:
+    """mem0 search over the user's current memories (`history=True`: superseded and merged ones too)."""
     filters = {"user_id": user_id}
     if memory_type:
         filters["memory_type"] = memory_type
+    if not history:
+        filters["status"] = "current"
     return mem.search(query, top_k=top_k, filters=filters, threshold=0.0).get("results", [])
 
 

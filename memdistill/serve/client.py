@@ -19,6 +19,7 @@ The encoders (`memdistill serve` starts each on its own vLLM pooling server) ans
     mm.classify_types(["Last Friday I presented my thesis in Lyon."])   # POST /classify on the router
     mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])        # POST /classify on the planner
     mm.gate("When did Tom adopt his dog?", "simple", candidates)        # POST /score on the gate
+    mm.consolidate(new_record, existing_record)                         # POST /classify on the consolidator
 
 With an encoder URL set, that method uses the encoder (base_url may then be None); without, it prompts
 the LM. The exported router and gate carry their dev-tuned thresholds folded into the classifier bias,
@@ -36,7 +37,7 @@ import httpx
 import openai
 
 from memdistill.core.models import trained_windows
-from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
 from memdistill.spec.jsonout import Problem
 from memdistill.spec.request import chat_request
@@ -104,6 +105,7 @@ class MemoryModels:
         router_url: str | None = None,
         planner_url: str | None = None,
         gate_url: str | None = None,
+        consolidator_url: str | None = None,
         windows: dict | None = None,
         model_dir: str | None = None,
     ):
@@ -113,7 +115,14 @@ class MemoryModels:
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
         # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
         self.encoder_urls = {
-            n: u.rstrip("/") for n, u in (("router", router_url), ("planner", planner_url), ("gate", gate_url)) if u
+            n: u.rstrip("/")
+            for n, u in (
+                ("router", router_url),
+                ("planner", planner_url),
+                ("gate", gate_url),
+                ("consolidator", consolidator_url),
+            )
+            if u
         }
         # connection failures are retried by the transport; HTTP errors are answers and are not
         self._http = httpx.Client(
@@ -321,3 +330,33 @@ class MemoryModels:
             max_tokens=128,
         )
         return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)
+
+    def consolidate(self, new, existing) -> consolidation.ParseResult:
+        """One memory-update decision for (new, existing) records (StoredRecord, or dicts with content,
+        dimension, source_speaker, source_timestamp). MERGE comes with a merged record: the LM's when it
+        wrote a usable one, else `consolidation.merge_rule`."""
+        return self.consolidate_pairs([(new, existing)])[0]
+
+    def consolidate_pairs(self, pairs) -> list[consolidation.ParseResult]:
+        """Decisions for many pairs (the consolidator: one /classify request; the LM: concurrent chats)."""
+        pairs = [tuple(r if isinstance(r, consolidation.StoredRecord) else consolidation.StoredRecord.from_json(r)
+                       for r in p) for p in pairs]  # fmt: skip
+        if not pairs:
+            return []
+        if "consolidator" in self.encoder_urls:
+            probs = self.classify("consolidator", [consolidation.encoder_text(n, o) for n, o in pairs])
+            out = []
+            for (n, o), p in zip(pairs, probs):
+                action = consolidation.ACTIONS[max(range(len(p)), key=p.__getitem__)]
+                merged = consolidation.merge_rule(n, o) if action == "MERGE" else None
+                out.append(consolidation.ParseResult(action, merged, ok=True))
+            return out
+
+        def one(pair):
+            text, _, _ = self.chat(
+                consolidation.chat_messages(*pair), consolidation.json_schema(), "decision", max_tokens=384
+            )
+            return consolidation.parse(text, *pair)
+
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            return list(pool.map(one, pairs))

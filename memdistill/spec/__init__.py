@@ -8,6 +8,7 @@ Each compact model's schema, prompts, parser and label set live in exactly one m
 - `memdistill.spec.memory_type`  TriMEM EM / PM / GM multi-labels (type router)
 - `memdistill.spec.recall_plan`  TiMem recall complexity + keywords (planner)
 - `memdistill.spec.recall_gate`  TiMem recall gating (gate)
+- `memdistill.spec.consolidation`  DimMem memory update: MERGE / SUPERSEDE / KEEPBOTH (consolidator)
 
 Parsers never raise on model output: they return what could be recovered plus `Problem`s with
 reason codes (see `memdistill.spec.jsonout`).
@@ -17,7 +18,7 @@ reason codes (see `memdistill.spec.jsonout`).
 # datasets. Carried into every dataset row and model card; training refuses a mismatched dataset.
 SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extraction.compact_record)
 
-TASKS = ("extraction", "query_parse", "memory_type", "recall_plan", "recall_gate")
+TASKS = ("extraction", "query_parse", "memory_type", "recall_plan", "recall_gate", "consolidation")
 
 
 def task_module(task: str):

@@ -1,8 +1,10 @@
-"""The three encoder jobs with the transformers Trainer: TriMEM type router, TiMem recall planner and gate.
+"""The encoder jobs with the transformers Trainer: TriMEM type router, TiMem recall planner and gate, DimMem
+memory-update consolidator.
 
   memdistill train router  --config configs/training/router_cpu.yaml  [key=value ...]   (make train-router)
   memdistill train planner --config configs/training/planner_cpu.yaml [key=value ...]   (make train-planner)
   memdistill train gate    --config configs/training/gate_cpu.yaml    [key=value ...]   (make train-gate)
+  memdistill train consolidator --config configs/training/consolidator_cpu.yaml       (make train-consolidator)
   accelerate launch --config_file configs/accelerate/single_gpu.yaml -m memdistill.train.encoder \
       --config configs/training/router_roberta_base.yaml
 
@@ -12,6 +14,8 @@
   (`recall_plan.heuristic_keywords` offline, or the LM query parser: see memdistill.serve.client).
 - gate: cross-encoder, one logit (BCE) over the pair (`recall_gate.pair_query(question, complexity)`,
   candidate memory) -> keep probability; `recall_gate.select` applies the per-complexity budgets.
+- consolidator: single-label over memdistill.spec.consolidation.ACTIONS (softmax) on one text,
+  `consolidation.encoder_text(new, existing)` (one text so that vLLM's /classify reads it as trained).
 
 Rows come from `memdistill data` (data/built/<task>/{train,dev}.jsonl, built on first use). With a dev
 file the run evaluates and checkpoints every epoch and keeps the best epoch; a killed run resumes from its
@@ -37,24 +41,31 @@ from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
 from memdistill.core.models import read_meta
 from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss
-from memdistill.spec import SCHEMA_VERSION, memory_type, recall_gate, recall_plan
+from memdistill.spec import SCHEMA_VERSION, consolidation, memory_type, recall_gate, recall_plan
 from memdistill.train.extractor import optimisation_args, run_args
 
-TASKS = ("router", "planner", "gate")
-LABELS = {"router": memory_type.LABELS, "planner": recall_plan.COMPLEXITIES, "gate": ("keep",)}
+TASKS = ("router", "planner", "gate", "consolidator")
+LABELS = {
+    "router": memory_type.LABELS,
+    "planner": recall_plan.COMPLEXITIES,
+    "gate": ("keep",),
+    "consolidator": consolidation.ACTIONS,
+}
+SOFTMAX = ("planner", "consolidator")  # single-label heads: argmax, no threshold
 # The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
 # regression) and vLLM applies a sigmoid.
 PROBLEM_TYPE = {
     "router": "multi_label_classification",
     "planner": "single_label_classification",
     "gate": "multi_label_classification",
+    "consolidator": "single_label_classification",
 }
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 
 
 @dataclass
 class EncoderConfig:
-    task: str = "router"  # router | planner | gate
+    task: str = "router"  # router | planner | gate | consolidator
     model: str = "embedded:minilm"
     train_file: str = "data/built/router/train.jsonl"
     eval_file: str | None = "data/built/router/dev.jsonl"  # dev: best epoch + threshold tuning
@@ -115,6 +126,11 @@ def target(task: str, row: dict, where: str):
         if label not in recall_plan.COMPLEXITIES:
             raise ValueError(f"{where}: label {label!r} is not one of {recall_plan.COMPLEXITIES}")
         return recall_plan.COMPLEXITIES.index(label)
+    if task == "consolidator":
+        label = _need(row, "label", where)
+        if label not in consolidation.ACTIONS:
+            raise ValueError(f"{where}: label {label!r} is not one of {consolidation.ACTIONS}")
+        return consolidation.ACTIONS.index(label)
     label = _need(row, "label", where)
     if label not in (0, 1, 0.0, 1.0):
         raise ValueError(f"{where}: label {label!r} should be 0 or 1")
@@ -189,7 +205,7 @@ def build_model(cfg: EncoderConfig):
 
 def _metric_name(task: str) -> str:
     # threshold-free for the sigmoid heads (their thresholds are tuned after training)
-    return {"router": "macro_ap", "planner": "macro_f1", "gate": "ap"}[task]
+    return {"router": "macro_ap", "planner": "macro_f1", "gate": "ap", "consolidator": "macro_f1"}[task]
 
 
 def _compute_metrics(task: str):
@@ -198,7 +214,7 @@ def _compute_metrics(task: str):
 
     def compute(pred) -> dict:
         logits, labels = pred.predictions, pred.label_ids
-        if task == "planner":
+        if task in SOFTMAX:
             return {
                 "macro_f1": f1_score(labels, logits.argmax(-1), average="macro", labels=[0, 1, 2], zero_division=0),
                 "accuracy": float((logits.argmax(-1) == labels).mean()),
@@ -302,7 +318,7 @@ class Encoder:
             enc = {k: v.to(self.device) for k, v in enc.items() if k in self.tok.model_input_names}
             with torch.no_grad():
                 logits = self.model(**enc).logits.float()
-            act = torch.softmax(logits, -1) if self.task == "planner" else torch.sigmoid(logits)
+            act = torch.softmax(logits, -1) if self.task in SOFTMAX else torch.sigmoid(logits)
             out += act.cpu().tolist()
         return out
 
@@ -317,10 +333,19 @@ class Encoder:
         q = recall_gate.pair_query(question, complexity)
         return [s[0] for s in self.scores([(q, c) for c in candidates])]
 
+    def actions(self, pairs) -> list[str]:
+        """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
+        return [action_of(p) for p in self.scores([(consolidation.encoder_text(n, o),) for n, o in pairs])]
+
 
 def complexity_of(probs) -> str:
     """The planner's decision: the most probable of COMPLEXITIES (id2label order)."""
     return recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+
+
+def action_of(probs) -> str:
+    """The consolidator's decision: the most probable of consolidation.ACTIONS (id2label order)."""
+    return consolidation.ACTIONS[max(range(len(probs)), key=probs.__getitem__)]
 
 
 def _task_of(config) -> str:
@@ -405,8 +430,8 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
 
 
 def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
-    if task == "planner":
-        return "argmax of the softmax over simple / hybrid / complex"
+    if task in SOFTMAX:
+        return f"argmax of the softmax over {' / '.join(LABELS[task])}"
     where = (
         "folded into the bias: every served probability is cut at 0.5" if folded else "apply them to the probabilities"
     )
@@ -432,6 +457,9 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         "planner": "TiMem recall planner: a question -> simple / hybrid / complex; `memdistill.spec.recall_plan`",
         "gate": "TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep "
         "probability; `memdistill.spec.recall_gate`",
+        "consolidator": "DimMem memory-update consolidator (cross-encoder over one text holding both records): "
+        "(new record, existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by "
+        "`consolidation.merge_rule`; `memdistill.spec.consolidation`",
     }[meta["task"]]
     lines = (
         card_front_matter(["memdistill", meta["task"], "text-classification"])
@@ -477,13 +505,21 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
 
 def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
     """Dev figures of the exported model (decisions as served)."""
-    from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores, router_scores
+    from memdistill.metrics.encoders import (
+        consolidator_scores,
+        gate_examples,
+        gate_scores,
+        planner_scores,
+        router_scores,
+    )
 
     scores = enc.scores([model_inputs(task, r) for r in rows])
     if task == "router":
         return router_scores([memory_type.from_probs(p) for p in scores], [r["labels"] for r in rows])
     if task == "planner":
         return planner_scores([complexity_of(p) for p in scores], [r["label"] for r in rows])
+    if task == "consolidator":
+        return consolidator_scores([action_of(p) for p in scores], [r["label"] for r in rows])
     return gate_scores(gate_examples(rows, [p[0] for p in scores]))
 
 
@@ -497,7 +533,7 @@ def train(cfg: EncoderConfig) -> dict:
         enc = Encoder(None, model=trainer.model, tok=trainer.processing_class)
         probs = enc.scores([model_inputs(cfg.task, r) for r in trainer.dev_rows])
         thresholds = tune_thresholds(cfg.task, probs, trainer.dev_rows, cfg.threshold_grid)
-    elif cfg.task != "planner":
+    elif cfg.task not in SOFTMAX:
         thresholds = {lab: 0.5 for lab in LABELS[cfg.task]}
     summary = run_summary(trainer, cfg, wall, result, resume, thresholds)
     out = export(trainer, cfg, thresholds, None, summary)
@@ -511,7 +547,7 @@ def train(cfg: EncoderConfig) -> dict:
         trainer.state.log_history,
         Path(cfg.output_dir) / "loss.png",
         f"{cfg.task} on {cfg.model.split('/')[-1]}",
-        ylabel="BCE" if cfg.task != "planner" else "cross-entropy",
+        ylabel="BCE" if cfg.task not in SOFTMAX else "cross-entropy",
     )
     return summary
 
@@ -544,9 +580,7 @@ def run_summary(trainer, cfg: EncoderConfig, wall: float, result, resumed_from, 
 
 def main(argv=None, task: str | None = None) -> int:
     """`task`: set by `memdistill train <task>`; the config must agree with it."""
-    cfg = job_config(
-        EncoderConfig, argv, f"memdistill train {task or 'router|planner|gate'}", __doc__, config_required=True
-    )
+    cfg = job_config(EncoderConfig, argv, f"memdistill train {task or '|'.join(TASKS)}", __doc__, config_required=True)
     if task and cfg.task != task:
         raise ConfigError(f"this config trains task {cfg.task!r}, not {task!r}: use configs/training/{task}_*.yaml")
     print(json.dumps(train(cfg), indent=1))

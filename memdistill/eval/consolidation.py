@@ -1,0 +1,289 @@
+"""Memory update end to end: banks consolidated as their records arrive, then searched.
+
+  memdistill eval-consolidation --config configs/eval/consolidation_cpu.yaml [key=value ...]
+                                                                        (make eval-consolidation)
+
+For each bank (`gold`: the seed corpus's records of the split; `records:FILE`: any bank a run wrote, e.g.
+runs/eval-e2e/<time>/banks/<label>.jsonl of the trained extractor) and each decider (`none`: no
+consolidation; `consolidator`: the trained encoder, in process, as the served model answers; `rule`:
+`consolidation.rule_action`), the records of each conversation are added in the order they were said through
+`memdistill.runtime.consolidate.Consolidator` (the cascade's thresholds from this config) and the bank is
+searched with the plain question (BM25 + dense, current records first). Reported:
+- DimMem Table 5 layout: embedding comparisons of an embedding-only update (every new record against every
+  earlier record of its conversation, as LightMem) against the cascade's (which only compares with records
+  still current), the share saved, merges and compression (merged records / records); LightMem's own merge
+  count (pairs at cosine >= 0.85) beside it;
+- decisions per action;
+- knowledge-update questions (questions.jsonl `update`): the share where the record of the newer turn ranks
+  above the record of the turn it replaced (a record missing from the ranking ranks last; both missing
+  counts as not above), and evidence recall@k, with a 95% bootstrap interval;
+- evidence recall@k over every question of the split.
+Output: runs/eval-consolidation/<time>/ with results.json, decisions/*.jsonl (replayable logs), report.md
+and a PNG chart.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memdistill.core.config import ConfigError, job_config
+from memdistill.core.report import grouped_bars, md_table, print_report
+from memdistill.data.questions import load_questions
+from memdistill.metrics.encoders import bootstrap_ci
+from memdistill.metrics.recall import evidence_coverage
+from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
+from memdistill.runtime.consolidate import Consolidator
+from memdistill.spec import consolidation
+
+DECIDERS = ("none", "consolidator", "rule")
+
+
+@dataclass
+class ConsolidationEvalConfig:
+    seed_dir: str = "data/seed"
+    split: str = "test"
+    banks: list = field(default_factory=lambda: ["gold"])  # gold | records:FILE
+    labels: list | None = None  # display names, one per bank
+    deciders: list = field(default_factory=lambda: list(DECIDERS))
+    consolidator: str = "runs/consolidator-cpu/model"
+    # candidate cascades, each {name, jaccard_min, cosine_min, keywords_then_cosine}; every decider runs each
+    cascades: list = field(
+        default_factory=lambda: [
+            {
+                "name": "dimmem",
+                "jaccard_min": consolidation.JACCARD,
+                "cosine_min": consolidation.COSINE,
+                "keywords_then_cosine": True,
+            }  # fmt: skip
+        ]
+    )
+    ks: list = field(default_factory=lambda: [1, 5, 10])
+    top_k: int = 20
+    embedding_model: str = "embedded:minilm"
+    output_dir: str = "runs/eval-consolidation"
+
+
+def ordered(bank: MemoryBank, positions: dict) -> list[MemoryItem]:
+    """Records in the order they were said: conversation, source turn position, then bank order."""
+    return sorted(bank.items, key=lambda it: (it.conversation_id, positions[it.conversation_id].get(it.turn_id, 10**6)))
+
+
+def fresh_copy(items: list[MemoryItem]) -> list[MemoryItem]:
+    return [MemoryItem.from_json(it.to_json(), "bank") for it in items]
+
+
+def runs(cfg: ConsolidationEvalConfig) -> list[tuple[str, dict | None]]:
+    """(run name, cascade) pairs: `none` once, every other decider under every cascade."""
+    out = []
+    for d in cfg.deciders:
+        if d == "none":
+            out.append(("none", None))
+        else:
+            out += [(f"{d} / {c['name']}" if len(cfg.cascades) > 1 else d, c) for c in cfg.cascades]
+    return out
+
+
+def decider(name: str, cfg: ConsolidationEvalConfig):
+    if name == "rule":
+        return lambda pairs: [consolidation.ParseResult(consolidation.rule_action(n, o), ok=True) for n, o in pairs]
+    if name == "consolidator":
+        from memdistill.train.encoder import Encoder
+
+        enc = Encoder(cfg.consolidator)
+        return lambda pairs: [consolidation.ParseResult(a, ok=True) for a in enc.actions(pairs)]
+    raise ConfigError(f"deciders: unknown {name!r}; expected some of {DECIDERS}")
+
+
+def lightmem(items: list[MemoryItem], embed) -> tuple[int, int]:
+    """An embedding-only update (LightMem): every record embedded against every earlier record of its
+    conversation; (comparisons, pairs at cosine >= 0.85 it would merge)."""
+    pairs = merges = 0
+    by_conv: dict = {}
+    for it in items:
+        by_conv.setdefault(it.conversation_id, []).append(it)
+    for group in by_conv.values():
+        v = embed([it.content for it in group])
+        sims = v @ v.T
+        pairs += len(group) * (len(group) - 1) // 2
+        merges += sum(int((sims[j, :j] >= consolidation.LIGHTMEM_COSINE).sum()) for j in range(len(group)))
+    return pairs, merges
+
+
+def rank_of(hits, turn: str) -> int | None:
+    return next((r for r, h in enumerate(hits, 1) if turn in h.item.source_turns), None)
+
+
+def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> dict:
+    rt = MemoryRuntime(bank, embed, cfg.top_k)
+    rows = []
+    for q in questions:
+        hits = rt.rank(q.question, q.conversation_id, route=False)
+        row = {"question_id": q.question_id, "ku": q.update_turns is not None}
+        for k in cfg.ks:
+            row[f"recall@{k}"] = evidence_coverage(hits[:k], q.evidence)[0] if q.evidence else None
+        if q.update_turns:
+            cur, old = (rank_of(hits, t) for t in q.update_turns)
+            row.update(current_rank=cur, replaced_rank=old, newer_above=cur is not None and (old is None or cur < old))
+        rows.append(row)
+    return summarise(rows, cfg.ks)
+
+
+def summarise(rows: list[dict], ks) -> dict:
+    ku = [r for r in rows if r["ku"]]
+    out: dict = {"questions": len(rows), "ku_questions": len(ku)}
+    above = [float(r["newer_above"]) for r in ku]
+    out["newer_above"] = round(sum(above) / len(above), 4) if above else None
+    out["newer_above_ci95"] = bootstrap_ci(lambda idx: sum(above[i] for i in idx) / len(idx), len(above))
+    for name, sub in (("all", rows), ("ku", ku)):
+        ev = [r for r in sub if r[f"recall@{ks[0]}"] is not None]
+        for k in ks:
+            vals = [r[f"recall@{k}"] for r in ev]
+            out[f"{name}_recall@{k}"] = round(sum(vals) / len(vals), 4) if vals else None
+    out["rows"] = rows
+    return out
+
+
+def run(cfg: ConsolidationEvalConfig) -> Path:
+    from memdistill.core.embedder import Embedder
+    from memdistill.core.models import model_path
+
+    labels = cfg.labels or [b if b == "gold" else Path(b.split(":", 1)[-1]).stem for b in cfg.banks]
+    if len(labels) != len(cfg.banks):
+        raise ConfigError(f"labels: {len(labels)} labels for {len(cfg.banks)} banks")
+    unknown = [d for d in cfg.deciders if d not in DECIDERS]
+    if unknown:
+        raise ConfigError(f"deciders: unknown {unknown}; expected some of {DECIDERS}")
+    if "consolidator" in cfg.deciders and not (Path(cfg.consolidator) / "config.json").exists():
+        raise ConfigError(f"consolidator: no exported model at {cfg.consolidator} (run `make train-consolidator`)")
+    convs, questions, _, seed = load_questions("seed", cfg.seed_dir, cfg.split)
+    if not any(q.update_turns for q in questions):
+        raise ValueError(f"{cfg.seed_dir}: no knowledge-update question in the {cfg.split} split")
+    positions = {c: {t.turn_id: k for k, t in enumerate(v.turns)} for c, v in convs.items()}
+    for c in cfg.cascades:
+        if set(c) != {"name", "jaccard_min", "cosine_min", "keywords_then_cosine"}:
+            raise ConfigError(f"cascades: {c} needs exactly name, jaccard_min, cosine_min, keywords_then_cosine")
+    deciders = {d: decider(d, cfg) for d in cfg.deciders if d != "none"}
+    embed = Embedder(model_path(cfg.embedding_model))
+    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    (out / "decisions").mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    for spec, label in zip(cfg.banks, labels):
+        if spec == "gold":
+            base = MemoryBank.from_seed(seed, convs)
+        elif spec.startswith("records:"):
+            base = MemoryBank(
+                [it for it in MemoryBank.from_jsonl(spec.split(":", 1)[1]).items if it.conversation_id in convs]
+            )
+        else:
+            raise ConfigError(f"banks: {spec!r} is neither gold nor records:FILE")
+        items = ordered(base, positions)
+        pairs, merges = lightmem(items, embed)
+        results[label] = {"bank": spec, "records": len(items), "lightmem_pairs": pairs, "lightmem_merges": merges}
+        for name, cascade in runs(cfg):
+            t0 = time.time()
+            bank = MemoryBank([])
+            if cascade is None:
+                bank = MemoryBank(fresh_copy(items))
+                cons = None
+            else:
+                cons = Consolidator(
+                    deciders[name.split(" / ")[0]],
+                    embed,
+                    cascade["jaccard_min"],
+                    cascade["cosine_min"],
+                    cascade["keywords_then_cosine"],
+                )
+                for it in fresh_copy(items):
+                    cons.add(bank, it)
+                cons.save_log(out / "decisions" / f"{label}-{name.replace(' / ', '-')}.jsonl")
+            res = search(bank, questions, embed, cfg)
+            actions = Counter(d["action"] for d in cons.log) if cons else Counter()
+            merges = sum(1 for d in cons.log if d.get("merged")) if cons else 0
+            res.update(
+                seconds=round(time.time() - t0, 1),
+                cascade=cons.stats.to_json() if cons else None,
+                decisions={a: actions[a] for a in consolidation.ACTIONS},
+                merges=merges,
+                compression=round(merges / len(items), 4) if items else 0.0,
+                superseded=sum(1 for it in bank.items if it.status == "superseded"),
+            )
+            results[label][name] = res
+    meta = {"split": cfg.split, "seed_dir": cfg.seed_dir, "cascades": cfg.cascades, "runs": [n for n, _ in runs(cfg)],
+            "consolidator": cfg.consolidator, "ks": cfg.ks, "questions": len(questions),
+            "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    write_report(out, meta, results, cfg)
+    return out
+
+
+def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalConfig) -> None:
+    L = [
+        f"# Memory update on the gold {meta['split']} split",
+        "",
+        "Cascades (same memory_type first): "
+        + "; ".join(
+            f"{c['name']}: keyword Jaccard > {c['jaccard_min']} "
+            + ("then cosine" if c["keywords_then_cosine"] else "or cosine")
+            + f" >= {c['cosine_min']}"
+            for c in meta["cascades"]
+        )
+        + f". Consolidator: `{meta['consolidator']}`. {meta['questions']} questions, {meta['ku_questions']} of them "
+        "knowledge-update. Search: plain question, BM25 + dense, current records first. Brackets: 95% bootstrap "
+        "intervals over questions.",
+        "",
+        "## Update efficiency (DimMem Table 5 layout)",
+        "",
+    ]
+    rows = []
+    for label, r in results.items():
+        for name in meta["runs"]:
+            c = r[name]["cascade"]
+            if c is None:
+                continue
+            saved = round(1 - c["embedding_comparisons"] / r["lightmem_pairs"], 4) if r["lightmem_pairs"] else 0.0
+            rows.append([f"{label} / {name}", r["lightmem_pairs"], c["embedding_comparisons"], saved,
+                         c["candidates"], r[name]["merges"], r[name]["compression"], r["lightmem_merges"]])  # fmt: skip
+    L += md_table(["bank / decider", "embed. count (LightMem: all earlier pairs)", "embed. count (cascade)",
+                   "embed. saved", "decisions asked", "merges", "compression", "LightMem merges (cos >= 0.85)"],
+                  rows)  # fmt: skip
+    L += ["", "## Decisions and retrieval", ""]
+    ks = cfg.ks
+    rows = []
+    for label, r in results.items():
+        for name in meta["runs"]:
+            s = r[name]
+            d = s["decisions"]
+            rows.append([f"{label} / {name}", d["MERGE"], d["SUPERSEDE"], d["KEEPBOTH"], s["superseded"],
+                         f"{s['newer_above']} [{s['newer_above_ci95'][0]}, {s['newer_above_ci95'][1]}]"]
+                        + [s[f"ku_recall@{k}"] for k in ks] + [s[f"all_recall@{k}"] for k in ks])  # fmt: skip
+    L += md_table(["bank / decider", "MERGE", "SUPERSEDE", "KEEPBOTH", "records superseded", "KU: newer ranks above"]
+                  + [f"KU R@{k}" for k in ks] + [f"all R@{k}" for k in ks], rows)  # fmt: skip
+    L += ["", "![knowledge-update questions](ku.png)", ""]
+    (out / "report.md").write_text("\n".join(L))
+    grouped_bars(
+        out / "ku.png",
+        {
+            f"{label} / {name}": [
+                r[name]["newer_above"] or 0.0,
+                r[name][f"ku_recall@{ks[-1]}"] or 0.0,
+                r[name][f"all_recall@{ks[-1]}"] or 0.0,
+            ]
+            for label, r in results.items()
+            for name in meta["runs"]
+        },  # fmt: skip
+        ["KU newer above", f"KU R@{ks[-1]}", f"all R@{ks[-1]}"],
+        f"memory update, gold {meta['split']} split",
+    )
+
+
+def main(argv=None) -> int:
+    return print_report(run(job_config(ConsolidationEvalConfig, argv, "memdistill eval-consolidation", __doc__)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

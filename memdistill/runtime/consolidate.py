@@ -1,0 +1,148 @@
+"""Memory update as records arrive (DimMem DA-Update, seed 001 section 3.4), never deleting anything.
+
+    from memdistill.runtime.consolidate import Consolidator
+    cons = Consolidator(decide=mm.consolidate_pairs)     # or any (pairs) -> [ParseResult] callable
+    for item in new_items:                               # in the order they were said
+        cons.add(bank, item)
+    cons.save_log("decisions.jsonl"); Consolidator.replay(other_bank, "decisions.jsonl")
+
+For each new record the cascade (`memdistill.spec.consolidation.candidates`: same memory_type, keyword
+Jaccard, embedding cosine) picks the current records of its conversation worth a decision; `decide`
+answers for those pairs only. Then:
+- SUPERSEDE: the old record stays, marked superseded by the new one, holding until the new one's time;
+- MERGE (the best-scoring MERGE only): a merged record is added carrying the source turns of both, and
+  both are marked merged into it;
+- KEEPBOTH: nothing changes.
+Every decision goes to `log` with both ids; `replay` applies a log without the model; adding a record
+already in the bank, or replaying a decision already applied, changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from memdistill.core.io import read_jsonl
+from memdistill.runtime.bank import MemoryBank, MemoryItem
+from memdistill.spec import consolidation
+from memdistill.spec.consolidation import CascadeStats, ParseResult, StoredRecord
+from memdistill.spec.dialogue import parse_timestamp
+from memdistill.spec.extraction import Dimension
+
+Decide = Callable[[list[tuple[StoredRecord, StoredRecord]]], list[ParseResult]]
+
+
+@dataclass
+class Consolidator:
+    decide: Decide  # (new, existing) pairs -> one decision each
+    embed: Callable | None = None  # unit-vector embedder for the cascade's last level (MiniLM by default)
+    jaccard_min: float = consolidation.JACCARD
+    cosine_min: float = consolidation.COSINE
+    keywords_then_cosine: bool = True  # False: a same-type pair passes on keywords or on cosine
+    log: list[dict] = field(default_factory=list)
+    stats: CascadeStats = field(default_factory=CascadeStats)
+
+    def __post_init__(self):
+        if self.embed is None:
+            from memdistill.core.embedder import Embedder
+
+            self.embed = Embedder()
+
+    def add(self, bank: MemoryBank, item: MemoryItem) -> list[dict]:
+        """Put `item` into `bank` and consolidate it against the conversation's current records.
+        Returns the decisions made (also appended to `log`)."""
+        if bank.get(item.memory_id) is not None:
+            return []
+        existing = [it for it in bank.of(item.conversation_id) if it.current]
+        bank.add(item)
+        picked, stats = consolidation.candidates(
+            item.stored(),
+            [it.stored() for it in existing],
+            self.embed,
+            self.jaccard_min,
+            self.cosine_min,
+            self.keywords_then_cosine,
+        )
+        self.stats.add(stats)
+        if not picked:
+            return []
+        results = self.decide([(item.stored(), existing[i].stored()) for i, _ in picked])
+        decisions = []
+        for (i, cos), res in zip(picked, results):
+            d = {
+                "new": item.memory_id,
+                "existing": existing[i].memory_id,
+                "action": res.action,
+                "cosine": round(cos, 4),
+                "problems": [p.code for p in res.problems],
+            }
+            if res.action == "MERGE":
+                if any(x["action"] == "MERGE" for x in decisions):
+                    d["applied"] = False  # one merge per new record: the most similar one
+                else:
+                    merged = res.merged or consolidation.merge_rule(item.stored(), existing[i].stored())
+                    d["merged"] = merged.model_dump()
+            decisions.append(d)
+        for d in decisions:
+            apply(bank, d)
+        self.log += decisions
+        return decisions
+
+    def save_log(self, path) -> None:
+        Path(path).write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in self.log), encoding="utf-8")
+
+    @staticmethod
+    def replay(bank: MemoryBank, log) -> int:
+        """Apply logged decisions (a list, or a JSONL path) to a bank holding the same records; returns how
+        many changed something. Replaying twice changes nothing the second time."""
+        rows = [r for _, r in read_jsonl(Path(log))] if isinstance(log, (str, Path)) else list(log)
+        return sum(apply(bank, d) for d in rows)
+
+
+def merged_id(new_id: str, existing_id: str) -> str:
+    return f"{existing_id}+{new_id}"
+
+
+def apply(bank: MemoryBank, d: dict) -> bool:
+    """One logged decision onto the bank; False when it changes nothing (KEEPBOTH, already applied)."""
+    new, old = bank.get(d["new"]), bank.get(d["existing"])
+    if new is None or old is None:
+        raise KeyError(f"decision {d['new']} / {d['existing']}: record not in the bank")
+    if d["action"] == "SUPERSEDE":
+        if old.status == "superseded" and old.superseded_by == new.memory_id:
+            return False
+        old.status, old.superseded_by, old.valid_until = "superseded", new.memory_id, new.timestamp
+        return True
+    if d["action"] != "MERGE" or d.get("applied") is False or bank.get(merged_id(new.memory_id, old.memory_id)):
+        return False
+    m = consolidation.MergedRecord.model_validate(d["merged"])
+    mid = merged_id(new.memory_id, old.memory_id)
+    bank.add(
+        MemoryItem(
+            mid,
+            new.conversation_id,
+            new.turn_id,
+            m.content,
+            Dimension.model_validate(m.dimension.model_dump()),
+            new.speaker,
+            new.timestamp,
+            sources=list(dict.fromkeys((old.sources or [old.turn_id]) + (new.sources or [new.turn_id]))),
+        )
+    )
+    for it in (old, new):
+        it.status, it.merged_into = "merged", mid
+    return True
+
+
+def history(bank: MemoryBank, memory_id: str) -> list[MemoryItem]:
+    """The chain behind a record: what it superseded or merged, oldest first (for 'history on request')."""
+    out, todo = [], [memory_id]
+    while todo:
+        mid = todo.pop()
+        for it in bank.items:
+            if (it.superseded_by == mid or it.merged_into == mid) and it not in out:
+                out.append(it)
+                todo.append(it.memory_id)
+    return sorted(out, key=lambda it: it.timestamp or parse_timestamp("1970-01-01T00:00:00"))

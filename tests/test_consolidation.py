@@ -1,0 +1,309 @@
+"""Memory update (DimMem DA-Update): the cascade's counts, the parser on bad output, and the runtime's three
+actions on hand-made records (nothing deleted, pointers kept, replay idempotent, current first)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
+from memdistill.runtime.consolidate import Consolidator, history, merged_id
+from memdistill.spec import consolidation as C
+from memdistill.spec.extraction import Dimension
+
+
+def rec(content, mtype="fact", keywords=(), time="", speaker="Tom", ts="2023-05-01T10:00:00"):
+    return C.StoredRecord(content, Dimension(memory_type=mtype, time=time, keywords=list(keywords)), speaker, ts)
+
+
+def bow_embed(texts):
+    """Unit bag-of-words vectors over a fixed vocabulary: cosines computable by hand."""
+    vocab = sorted({w for t in texts for w in t.lower().split()})
+    m = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=float)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def test_cascade_counts_on_a_fixture():
+    new = rec("tom works at zed bakery", keywords=["job", "bakery", "Zed"])
+    existing = [
+        rec("tom works at acme bakery", keywords=["job", "bakery", "Acme"]),  # J = 2/4, cos = 4/5
+        rec("tom works at acme", keywords=["job", "Acme"]),  # J = 1/4: stops at level 2
+        rec("tom went to zed bakery", "episodic", ["bakery", "Zed"]),  # other type: stops at level 1
+        rec("zed bakery sells rye", keywords=["bakery", "Zed", "rye"]),  # J = 2/4, cos = 2/sqrt(20) < 0.7
+    ]
+    picked, stats = C.candidates(new, existing, bow_embed)
+    assert [i for i, _ in picked] == [0]
+    assert picked[0][1] == pytest.approx(0.8)
+    assert stats.to_json() == {
+        "all_pairs": 4,
+        "same_type": 3,
+        "keyword_pass": 2,
+        "embedding_comparisons": 2,
+        "embeddings_saved": 0.5,
+        "candidates": 1,
+    }
+    # LightMem's threshold (0.85) alone would miss the pair DimMem finds at 0.7 (their Table 10 case)
+    assert C.candidates(new, existing, bow_embed, cosine_min=C.LIGHTMEM_COSINE)[0] == []
+
+
+def test_jaccard_is_case_and_space_insensitive_and_zero_without_keywords():
+    a, b = rec("x", keywords=["Zed  Bakery", "job"]), rec("y", keywords=["zed bakery"])
+    assert C.jaccard(a, b) == 0.5
+    assert C.jaccard(rec("x"), rec("y")) == 0.0
+
+
+@pytest.mark.parametrize(
+    "raw, action, codes",
+    [
+        (None, "KEEPBOTH", {"empty_output"}),
+        ("", "KEEPBOTH", {"empty_output"}),
+        ("I think they are the same.", "KEEPBOTH", {"no_json"}),
+        ('{"action": "DELETE"}', "KEEPBOTH", {"bad_action"}),
+        ('["MERGE"]', "KEEPBOTH", {"wrong_shape"}),
+        ('{"action": "supersede", "merged": {"content": "x"}}', "SUPERSEDE", {"extra_fields"}),
+        ("SUPERSEDE", "SUPERSEDE", {"action_from_text"}),
+        ('```json\n{"action": "keep_both", "merged": null}\n```', "KEEPBOTH", set()),
+        (
+            '{"action": "MERGE", "merged": {"content": "Tom bakes.", "dimension": {"memory_type": "nope"}}}',
+            "MERGE",
+            {"bad_merged", "merged_by_rule"},
+        ),
+        ('{"action": "MERGE", "merged": null', "MERGE", {"merged_by_rule"}),
+    ],
+)
+def test_parser_never_raises_and_falls_back_to_keepboth(raw, action, codes):
+    new, old = rec("Tom bakes rye bread.", keywords=["rye"]), rec("Tom bakes bread.", keywords=["bread"])
+    res = C.parse(raw, new, old)
+    assert res.action == action
+    assert codes <= {p.code for p in res.problems}
+    assert res.ok == (action != "KEEPBOTH" or raw is not None and "keep_both" in raw)
+    if action == "MERGE":
+        assert res.merged is not None and res.merged.content == "Tom bakes rye bread."
+        assert res.merged.dimension.keywords == ["bread", "rye"]
+
+
+def test_parse_reads_a_valid_merge_and_the_schema_accepts_it():
+    import jsonschema
+
+    body = {
+        "action": "MERGE",
+        "merged": {
+            "content": "Tom got a puppy named Biscuit.",
+            "dimension": {
+                "memory_type": "episodic",
+                "time": "2023-05",
+                "location": "",
+                "reason": "",
+                "purpose": "",
+                "keywords": ["puppy"],
+            },
+        },
+    }
+    raw = json.dumps(body)
+    jsonschema.validate(body, C.json_schema())
+    res = C.parse(raw)
+    assert res.ok and res.problems == [] and res.merged.dimension.time == "2023-05"
+    assert C.render_completion(res.action, res.merged) == json.dumps(body, separators=(",", ":"))
+
+
+def test_merge_rule_keeps_the_covering_content_or_joins_both():
+    old = rec("Maya ran the Boston half marathon.", "episodic", ["half marathon"], time="2023-04-16")
+    new = rec("Maya ran the Boston half marathon in 1:52.", "episodic", ["Boston", "half marathon"])
+    m = C.merge_rule(new, old)
+    assert m.content == new.content and m.dimension.time == "2023-04-16"
+    assert m.dimension.keywords == ["half marathon", "Boston"]
+    other = rec("Her knee hurt afterwards.", "episodic")
+    assert C.merge_rule(other, old).content == "Maya ran the Boston half marathon. Her knee hurt afterwards."
+
+
+def test_prompts_state_every_action_and_type_rule():
+    msgs = C.chat_messages(rec("a"), rec("b"), prompt="teacher")
+    for word in (*C.ACTIONS, *C.RULES):
+        assert word in msgs[0]["content"]
+    assert msgs[1]["content"].startswith("Existing record: [fact] | b")
+    assert C.encoder_text(rec("a"), rec("b")).splitlines()[1].startswith("OLD [fact] | b")
+
+
+# --- the runtime -------------------------------------------------------------------------------------
+
+
+def item(mid, content, mtype, keywords, when, turn):
+    return MemoryItem(
+        mid, "c1", turn, content, Dimension(memory_type=mtype, keywords=keywords), "Tom", datetime.fromisoformat(when)
+    )
+
+
+def scripted(actions):
+    """A decide callable answering from a table keyed by the new record's content; records every call."""
+    calls = []
+
+    def decide(pairs):
+        calls.append([(n.content, o.content) for n, o in pairs])
+        return [
+            C.parse(json.dumps({"action": actions.get(n.content, "KEEPBOTH"), "merged": None}), n, o) for n, o in pairs
+        ]
+
+    decide.calls = calls
+    return decide
+
+
+OLD_JOB = item(
+    "m1", "Tom works as a baker at Acme Bakery.", "fact", ["job", "bakery", "Acme"], "2023-05-01T10:00:00", "D1:2"
+)
+NEW_JOB = item(
+    "m2", "Tom now works as a baker at Zed Bakery.", "fact", ["job", "bakery", "Zed"], "2023-06-10T09:00:00", "D2:4"
+)
+TRIP = item("m3", "Tom hiked Mount Tam with Maya.", "episodic", ["hike", "Mount Tam"], "2023-05-01T10:00:00", "D1:5")
+TRIP_AGAIN = item(
+    "m4",
+    "Tom and Maya hiked Mount Tam together.",
+    "episodic",
+    ["hike", "Mount Tam", "Maya"],
+    "2023-06-10T09:05:00",
+    "D2:6",
+)
+
+
+def fresh(items):
+    return [
+        MemoryItem(
+            **{
+                k: getattr(i, k)
+                for k in ("memory_id", "conversation_id", "turn_id", "content", "dimension", "speaker", "timestamp")
+            }
+        )
+        for i in items
+    ]
+
+
+def consolidated(embed, actions, jaccard_min=0.1):
+    bank = MemoryBank([])
+    cons = Consolidator(scripted(actions), embed, jaccard_min=jaccard_min, cosine_min=0.5)
+    for it in fresh([OLD_JOB, TRIP, NEW_JOB, TRIP_AGAIN]):
+        cons.add(bank, it)
+    return bank, cons
+
+
+@pytest.fixture(scope="module")
+def embed():
+    from memdistill.core.embedder import Embedder
+
+    return Embedder()
+
+
+def test_supersede_keeps_both_and_ranks_the_current_one_first(embed):
+    bank, cons = consolidated(embed, {NEW_JOB.content: "SUPERSEDE"})
+    old, new = bank.get("m1"), bank.get("m2")
+    assert len(bank) == 4 and old is not None  # nothing deleted
+    assert (old.status, old.superseded_by, old.valid_until) == ("superseded", "m2", new.timestamp)
+    assert new.current
+    assert [d["action"] for d in cons.log if d["new"] == "m2"] == ["SUPERSEDE"]
+    ranked = [h.item.memory_id for h in MemoryRuntime(bank, embed).rank("Where does Tom work at Acme Bakery?", "c1")]
+    assert ranked.index("m2") < ranked.index("m1")
+    mixed = MemoryRuntime(bank, embed, history="mixed").rank("Where does Tom work at Acme Bakery?", "c1")
+    assert [h.item.memory_id for h in mixed].index("m1") < [h.item.memory_id for h in mixed].index("m2")
+    dropped = MemoryRuntime(bank, embed, history="drop").rank("Where does Tom work at Acme Bakery?", "c1")
+    assert "m1" not in [h.item.memory_id for h in dropped]
+    assert history(bank, "m2") == [old]
+
+
+def test_merge_adds_one_record_with_both_pointers_and_marks_the_two(embed):
+    bank, cons = consolidated(embed, {TRIP_AGAIN.content: "MERGE"})
+    mid = merged_id("m4", "m3")
+    merged = bank.get(mid)
+    assert len(bank) == 5
+    assert merged.current and merged.sources == ["D1:5", "D2:6"]
+    assert {bank.get("m3").merged_into, bank.get("m4").merged_into} == {mid}
+    assert {bank.get("m3").status, bank.get("m4").status} == {"merged"}
+    assert merged.content == TRIP_AGAIN.content  # covers the older wording (merge_rule)
+    assert next(d for d in cons.log if d["action"] == "MERGE")["problems"] == ["merged_by_rule"]
+    row = merged.to_json()
+    assert MemoryItem.from_json(row, "x").sources == ["D1:5", "D2:6"]
+
+
+def test_keepboth_changes_nothing_and_only_cascade_pairs_reach_the_model(embed):
+    bank, cons = consolidated(embed, {})
+    assert all(it.current for it in bank.items) and len(bank) == 4
+    asked = [pair for call in cons.decide.calls for pair in call]
+    mtype = {it.content: it.dimension.memory_type for it in (OLD_JOB, NEW_JOB, TRIP, TRIP_AGAIN)}
+    assert set(asked) == {(NEW_JOB.content, OLD_JOB.content), (TRIP_AGAIN.content, TRIP.content)}
+    assert all(mtype[n] == mtype[o] for n, o in asked)
+    assert (NEW_JOB.content, TRIP.content) not in asked
+    assert cons.stats.all_pairs == 0 + 1 + 2 + 3 and cons.stats.same_type == 2
+
+
+def test_replay_rebuilds_the_same_bank_and_is_idempotent(embed, tmp_path):
+    bank, cons = consolidated(embed, {NEW_JOB.content: "SUPERSEDE", TRIP_AGAIN.content: "MERGE"})
+    cons.save_log(tmp_path / "log.jsonl")
+    other = MemoryBank(fresh([OLD_JOB, TRIP, NEW_JOB, TRIP_AGAIN]))
+    assert Consolidator.replay(other, tmp_path / "log.jsonl") == 2
+    assert sorted(json.dumps(it.to_json(), sort_keys=True) for it in other.items) == sorted(
+        json.dumps(it.to_json(), sort_keys=True) for it in bank.items
+    )
+    before = [json.dumps(it.to_json(), sort_keys=True) for it in other.items]
+    assert Consolidator.replay(other, tmp_path / "log.jsonl") == 0
+    assert [json.dumps(it.to_json(), sort_keys=True) for it in other.items] == before
+    # re-adding records already in the bank asks nothing and changes nothing
+    n_calls = len(cons.decide.calls)
+    for it in fresh([NEW_JOB, TRIP_AGAIN]):
+        assert cons.add(bank, it) == []
+    assert len(cons.decide.calls) == n_calls and len(bank) == 5
+
+
+def test_eval_consolidation_on_the_gold_test_split(tmp_path):
+    from memdistill.data import seed as seedlib
+    from memdistill.eval.consolidation import ConsolidationEvalConfig, run
+
+    out = run(ConsolidationEvalConfig(deciders=["none", "rule"], output_dir=str(tmp_path)))
+    res = json.loads((out / "results.json").read_text())
+    seed = seedlib.load()
+    test = [c for c, s in seed.split.items() if s == "test"]
+    sizes = [len(seed.memories_of(c)) for c in test]
+    gold = res["results"]["gold"]
+    assert gold["records"] == sum(sizes)
+    # every record is compared with every earlier record of its conversation by an embedding-only update
+    assert gold["lightmem_pairs"] == sum(n * (n - 1) // 2 for n in sizes)
+    # the cascade compares a new record with the records still current: never more than all earlier ones
+    assert gold["rule"]["cascade"]["all_pairs"] <= gold["lightmem_pairs"]
+    assert gold["none"]["cascade"] is None and gold["none"]["decisions"] == {a: 0 for a in C.ACTIONS}
+    log = [json.loads(x) for x in (out / "decisions" / "gold-rule.jsonl").read_text().splitlines()]
+    assert sum(gold["rule"]["decisions"].values()) == len(log) == gold["rule"]["cascade"]["candidates"]
+    ku = [r for r in gold["none"]["rows"] if r["ku"]]
+    assert len(ku) == res["meta"]["ku_questions"] == sum(1 for q in seed.rows("questions", "test") if q.get("update"))
+    for r in ku:
+        cur, old = r["current_rank"], r["replaced_rank"]
+        assert r["newer_above"] == (cur is not None and (old is None or cur < old))
+    assert gold["none"]["newer_above"] == round(sum(r["newer_above"] for r in ku) / len(ku), 4)
+    report = (out / "report.md").read_text()
+    assert "DimMem Table 5 layout" in report and "gold / rule" in report and (out / "ku.png").stat().st_size > 1000
+
+
+def test_eval_encoders_scores_the_consolidator_against_its_baselines(tmp_path):
+    from memdistill.eval.encoders import EncoderEvalConfig, run
+    from memdistill.metrics.encoders import consolidator_scores
+    from tests.conftest import encoder_rows, train_tiny_encoder
+
+    _, model = train_tiny_encoder("consolidator", tmp_path / "train")
+    rows = encoder_rows("consolidator", 30, "test")
+    (tmp_path / "data" / "consolidator").mkdir(parents=True)
+    (tmp_path / "data" / "consolidator" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run(EncoderEvalConfig(data_dir=str(tmp_path / "data"), tasks=["consolidator"], consolidator=str(model),
+                                lm_baseline=False, write_cards=False, output_dir=str(tmp_path / "out")))  # fmt: skip
+    got = json.loads((out / "metrics.json").read_text())["results"]["consolidator"]
+    assert set(got) == {"encoder", "rules"}
+    preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    gold = [r["label"] for r in rows]
+    for system in ("encoder", "rules"):
+        mine = [p["prediction"] for p in preds if p["system"] == system]
+        assert [p["id"] for p in preds if p["system"] == system] == [r["pair_id"] for r in rows]
+        assert got[system]["macro_f1"] == consolidator_scores(mine, gold)["macro_f1"]
+    assert [p["prediction"] for p in preds if p["system"] == "rules"] == [
+        C.rule_action(C.StoredRecord.from_json(r["new"]), C.StoredRecord.from_json(r["existing"])) for r in rows
+    ]
+    report = (out / "report.md").read_text()
+    majority = max(C.ACTIONS, key=lambda a: (gold.count(a), -C.ACTIONS.index(a)))
+    assert "Memory-update consolidator" in report and f"Trivial baseline (always {majority})" in report
+    assert "Type router" not in report and (out / "consolidator.png").stat().st_size > 1000
