@@ -338,6 +338,7 @@ def test_every_yaml_loads_into_its_dataclass():
 
     from memdistill.data.build import DataConfig
     from memdistill.eval.ablate import AblateConfig
+    from memdistill.eval.consolidation import ConsolidationEvalConfig
     from memdistill.eval.e2e import E2EConfig
     from memdistill.eval.encoders import EncoderEvalConfig
     from memdistill.eval.extractor import EvalConfig
@@ -352,6 +353,7 @@ def test_every_yaml_loads_into_its_dataclass():
         "router_": EncoderConfig,
         "planner_": EncoderConfig,
         "gate_": EncoderConfig,
+        "consolidator_": EncoderConfig,
     }
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
@@ -368,6 +370,7 @@ def test_every_yaml_loads_into_its_dataclass():
                 "e2e": E2EConfig,
                 "extractor": EvalConfig,
                 "ablate": AblateConfig,
+                "consolidation": ConsolidationEvalConfig,
             }
             load_config(kinds_eval[prefix], path)
         elif rel.parts[0] == "serving":
