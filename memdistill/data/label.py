@@ -216,9 +216,7 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
         if rec["status"] == "ok" and inp["window_setting"] == list(window_pairs[inp["style"]][0]):
             w = Window.from_json(inp["window"])
             for r in rec["label"]["records"]:
-                t = w.turn_for(r["source_id"])
-                stored = consolidation.StoredRecord(r["content"], extraction.Dimension(**r["dimension"]), t.speaker,
-                                                    t.timestamp.isoformat())
+                stored = consolidation.StoredRecord.at(r, w.turn_for(r["source_id"]))
                 recs.setdefault((rec["source"], rec["conversation_id"]), []).append((w.window_index, r["source_id"], stored))
     items = []
     for sc in convs:

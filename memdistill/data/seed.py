@@ -16,6 +16,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -73,12 +74,14 @@ class Seed:
         """The gold DimMem records of a window (source_id = message number in that window)."""
         return records_for_window(window, self.memories_of(window.conversation_id))
 
+    @cached_property
+    def _memory_by_id(self) -> dict[str, dict]:
+        return {m["memory_id"]: m for m in self.memories}
+
     def memory(self, memory_id: str) -> dict:
-        if not hasattr(self, "_by_id"):
-            self._by_id = {m["memory_id"]: m for m in self.memories}
-        if memory_id not in self._by_id:
+        if memory_id not in self._memory_by_id:
             raise KeyError(f"no gold memory {memory_id!r}")
-        return self._by_id[memory_id]
+        return self._memory_by_id[memory_id]
 
     def stored(self, conversation_id: str, ref) -> tuple[consolidation.StoredRecord, int]:
         """A pair side (a gold memory id, or an inline record with its source_turn_id) as the consolidator
@@ -88,9 +91,7 @@ class Seed:
         if row.get("conversation_id", conversation_id) != conversation_id:
             raise KeyError(f"memory {ref!r} is not a record of {conversation_id}")
         turn = conv.turn(row["source_turn_id"])
-        rec = consolidation.StoredRecord(row["content"], Dimension(**row["dimension"]), turn.speaker,
-                                         turn.timestamp.isoformat())
-        return rec, [t.turn_id for t in conv.turns].index(turn.turn_id)
+        return consolidation.StoredRecord.at(row, turn), [t.turn_id for t in conv.turns].index(turn.turn_id)
 
 
 def load(seed_dir=SEED_DIR) -> Seed:

@@ -335,7 +335,7 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
     from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import Servers, free_port
-    from memdistill.train.encoder import complexity_of
+    from memdistill.spec.recall_plan import complexity_of
 
     cfg = private_serve_config(serve_config, overrides=["gate=null"])
     missing = [name for name in ("router", "planner") if not (Path(getattr(cfg, name)) / "config.json").exists()]

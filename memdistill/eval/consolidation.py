@@ -77,14 +77,14 @@ def fresh_copy(items: list[MemoryItem]) -> list[MemoryItem]:
     return [MemoryItem.from_json(it.to_json(), "bank") for it in items]
 
 
-def runs(cfg: ConsolidationEvalConfig) -> list[tuple[str, dict | None]]:
-    """(run name, cascade) pairs: `none` once, every other decider under every cascade."""
+def runs(cfg: ConsolidationEvalConfig) -> list[tuple[str, str, dict | None]]:
+    """(run name, decider, cascade): `none` once, every other decider under every cascade."""
     out = []
     for d in cfg.deciders:
         if d == "none":
-            out.append(("none", None))
+            out.append(("none", d, None))
         else:
-            out += [(f"{d} / {c['name']}" if len(cfg.cascades) > 1 else d, c) for c in cfg.cascades]
+            out += [(f"{d} / {c['name']}" if len(cfg.cascades) > 1 else d, d, c) for c in cfg.cascades]
     return out
 
 
@@ -182,17 +182,21 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
         else:
             raise ConfigError(f"banks: {spec!r} is neither gold nor records:FILE")
         items = ordered(base, positions)
-        pairs, merges = lightmem(items, embed)
-        results[label] = {"bank": spec, "records": len(items), "lightmem_pairs": pairs, "lightmem_merges": merges}
-        for name, cascade in runs(cfg):
+        pairs, lightmem_merges = lightmem(items, embed)
+        results[label] = {
+            "bank": spec,
+            "records": len(items),
+            "lightmem_pairs": pairs,
+            "lightmem_merges": lightmem_merges,
+        }
+        for name, d, cascade in runs(cfg):
             t0 = time.time()
-            bank = MemoryBank([])
             if cascade is None:
-                bank = MemoryBank(fresh_copy(items))
-                cons = None
+                bank, cons = MemoryBank(fresh_copy(items)), None
             else:
+                bank = MemoryBank([])
                 cons = Consolidator(
-                    deciders[name.split(" / ")[0]],
+                    deciders[d],
                     embed,
                     cascade["jaccard_min"],
                     cascade["cosine_min"],
@@ -213,9 +217,9 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
                 superseded=sum(1 for it in bank.items if it.status == "superseded"),
             )
             results[label][name] = res
-    meta = {"split": cfg.split, "seed_dir": cfg.seed_dir, "cascades": cfg.cascades, "runs": [n for n, _ in runs(cfg)],
-            "consolidator": cfg.consolidator, "ks": cfg.ks, "questions": len(questions),
-            "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
+    meta = {"split": cfg.split, "seed_dir": cfg.seed_dir, "cascades": cfg.cascades,
+            "runs": [n for n, _, _ in runs(cfg)], "consolidator": cfg.consolidator, "ks": cfg.ks,
+            "questions": len(questions), "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     write_report(out, meta, results, cfg)
     return out

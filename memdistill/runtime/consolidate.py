@@ -29,7 +29,6 @@ from memdistill.runtime.bank import MemoryBank, MemoryItem
 from memdistill.spec import consolidation
 from memdistill.spec.consolidation import CascadeStats, ParseResult, StoredRecord
 from memdistill.spec.dialogue import parse_timestamp
-from memdistill.spec.extraction import Dimension
 
 Decide = Callable[[list[tuple[StoredRecord, StoredRecord]]], list[ParseResult]]
 
@@ -57,9 +56,10 @@ class Consolidator:
             return []
         existing = [it for it in bank.of(item.conversation_id) if it.current]
         bank.add(item)
+        new, olds = item.stored(), [it.stored() for it in existing]
         picked, stats = consolidation.candidates(
-            item.stored(),
-            [it.stored() for it in existing],
+            new,
+            olds,
             self.embed,
             self.jaccard_min,
             self.cosine_min,
@@ -68,7 +68,7 @@ class Consolidator:
         self.stats.add(stats)
         if not picked:
             return []
-        results = self.decide([(item.stored(), existing[i].stored()) for i, _ in picked])
+        results = self.decide([(new, olds[i]) for i, _ in picked])
         decisions = []
         for (i, cos), res in zip(picked, results):
             d = {
@@ -82,7 +82,7 @@ class Consolidator:
                 if any(x["action"] == "MERGE" for x in decisions):
                     d["applied"] = False  # one merge per new record: the most similar one
                 else:
-                    merged = res.merged or consolidation.merge_rule(item.stored(), existing[i].stored())
+                    merged = res.merged or consolidation.merge_rule(new, olds[i])
                     d["merged"] = merged.model_dump()
             decisions.append(d)
         for d in decisions:
@@ -115,20 +115,20 @@ def apply(bank: MemoryBank, d: dict) -> bool:
             return False
         old.status, old.superseded_by, old.valid_until = "superseded", new.memory_id, new.timestamp
         return True
-    if d["action"] != "MERGE" or d.get("applied") is False or bank.get(merged_id(new.memory_id, old.memory_id)):
+    mid = merged_id(new.memory_id, old.memory_id)
+    if d["action"] != "MERGE" or d.get("applied") is False or bank.get(mid):
         return False
     m = consolidation.MergedRecord.model_validate(d["merged"])
-    mid = merged_id(new.memory_id, old.memory_id)
     bank.add(
         MemoryItem(
             mid,
             new.conversation_id,
             new.turn_id,
             m.content,
-            Dimension.model_validate(m.dimension.model_dump()),
+            m.dimension,
             new.speaker,
             new.timestamp,
-            sources=list(dict.fromkeys((old.sources or [old.turn_id]) + (new.sources or [new.turn_id]))),
+            sources=list(dict.fromkeys(old.source_turns + new.source_turns)),
         )
     )
     for it in (old, new):

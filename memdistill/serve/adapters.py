@@ -139,22 +139,21 @@ def store_in_mem0(
         if consolidate is not None:
             current = mem.get_all(filters={"user_id": user_id, "status": "current"}, top_k=100_000)["results"]
             new = consolidation.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
-            picked, _ = consolidation.candidates(
-                new, [_stored(h) for h in current], embed, jaccard_min, cosine_min, keywords_then_cosine
-            )
-            results = consolidate([(new, _stored(current[i])) for i, _ in picked]) if picked else []
-            decisions = [(current[i], r) for (i, _), r in zip(picked, results)]
+            olds = [_stored(h) for h in current]
+            picked, _ = consolidation.candidates(new, olds, embed, jaccard_min, cosine_min, keywords_then_cosine)
+            results = consolidate([(new, olds[i]) for i, _ in picked]) if picked else []
+            decisions = [(current[i], olds[i], r) for (i, _), r in zip(picked, results)]
         out = mem.add(m.record.content, user_id=user_id, metadata=md, infer=False)
         new_ids = [r["id"] for r in out.get("results", [])]
         ids += new_ids
-        merge = next(((old, r) for old, r in decisions if r.action == "MERGE"), None)
-        for old, r in decisions:
+        merge = next(((old, stored, r) for old, stored, r in decisions if r.action == "MERGE"), None)
+        for old, _, r in decisions:
             if r.action == "SUPERSEDE":
                 mem.update(old["id"], metadata={"status": "superseded", "superseded_by": new_ids[0],
                                                  "valid_until": m.timestamp})  # fmt: skip
         if merge is not None:
-            old, r = merge
-            merged = r.merged or consolidation.merge_rule(new, _stored(old))
+            old, stored, r = merge
+            merged = r.merged or consolidation.merge_rule(new, stored)
             d, omd = merged.dimension, old.get("metadata") or {}
             sources = [*str(omd.get("sources") or omd.get("source_turn_id") or "").split(", "), m.turn_id]
             mmd = {**md, "memory_type": d.memory_type, "time": d.time, "location": d.location, "reason": d.reason,

@@ -299,7 +299,7 @@ class MemoryModels:
         from the LM query parser ("query_parser": one more LM call; the heuristic when it fails)."""
         if "planner" in self.encoder_urls:
             probs = self.classify("planner", [" ".join(question.split())])[0]
-            complexity = recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+            complexity = recall_plan.complexity_of(probs)
             kws, problems = recall_plan.heuristic_keywords(question, names), []
             if keywords == "query_parser":
                 q = self.parse_query(question, None)
@@ -347,7 +347,7 @@ class MemoryModels:
             probs = self.classify("consolidator", [consolidation.encoder_text(n, o) for n, o in pairs])
             out = []
             for (n, o), p in zip(pairs, probs):
-                action = consolidation.ACTIONS[max(range(len(p)), key=p.__getitem__)]
+                action = consolidation.action_of(p)
                 merged = consolidation.merge_rule(n, o) if action == "MERGE" else None
                 out.append(consolidation.ParseResult(action, merged, ok=True))
             return out

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memdistill.spec.extraction import MAX_CONTENT_CHARS, MAX_KEYWORDS, Dimension, inline_refs, time_problem
@@ -38,6 +39,11 @@ class StoredRecord:
     dimension: Dimension
     source_speaker: str = ""
     source_timestamp: str = ""  # ISO time of the source message; "" when unknown
+
+    @classmethod
+    def at(cls, row: dict, turn) -> "StoredRecord":
+        """A record (content, dimension as a mapping) said in `turn` (a memdistill.spec.dialogue.Turn)."""
+        return cls(row["content"], Dimension(**row["dimension"]), turn.speaker, turn.timestamp.isoformat())
 
     @classmethod
     def from_json(cls, row: dict) -> "StoredRecord":
@@ -72,10 +78,10 @@ def jaccard(a: StoredRecord, b: StoredRecord) -> float:
 
 @dataclass
 class CascadeStats:
-    all_pairs: int = 0  # what an embedding-only dedup (LightMem) compares: every new record x every other
+    all_pairs: int = 0  # what an embedding-only dedup (LightMem) would compare: the new record x every existing one
     same_type: int = 0
     keyword_pass: int = 0
-    embedding_comparisons: int = 0  # = keyword_pass: only those pairs are embedded and compared
+    embedding_comparisons: int = 0  # keyword passes (DimMem), or every same-type pair (keywords_then_cosine=False)
     candidates: int = 0
 
     @property
@@ -120,8 +126,8 @@ def candidates(
     stats.embedding_comparisons = len(compared)
     if not compared:
         return [], stats
-    vecs = embed([new.content] + [existing[i].content for i in compared])
-    sims = [float(sum(a * b for a, b in zip(vecs[0], v))) for v in vecs[1:]]
+    vecs = np.asarray(embed([new.content] + [existing[i].content for i in compared]))
+    sims = (vecs[1:] @ vecs[0]).tolist()
     keep = set(lexical)
     passed = [(i, s) for i, s in zip(compared, sims) if s >= cosine_min or (not keywords_then_cosine and i in keep)]
     out = sorted(passed, key=lambda x: -x[1])
@@ -146,6 +152,11 @@ class Decision(BaseModel):
 
 def json_schema() -> dict:
     return inline_refs(Decision.model_json_schema())
+
+
+def action_of(probs) -> str:
+    """The consolidator encoder's decision from its softmax (id2label order): the most probable action."""
+    return ACTIONS[max(range(len(probs)), key=probs.__getitem__)]
 
 
 RULES = {

@@ -20,6 +20,11 @@ Complexity = Literal["simple", "hybrid", "complex"]
 MAX_KEYWORDS = 3
 
 
+def complexity_of(probs) -> str:
+    """The planner encoder's decision from its softmax (id2label order): the most probable complexity."""
+    return COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
+
+
 class RecallPlan(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     complexity: Complexity

@@ -121,16 +121,11 @@ def target(task: str, row: dict, where: str):
         if unknown:
             raise ValueError(f"{where}: labels {unknown} are not in {memory_type.LABELS}")
         return memory_type.to_vector(labels)
-    if task == "planner":
+    if task in SOFTMAX:
         label = _need(row, "label", where)
-        if label not in recall_plan.COMPLEXITIES:
-            raise ValueError(f"{where}: label {label!r} is not one of {recall_plan.COMPLEXITIES}")
-        return recall_plan.COMPLEXITIES.index(label)
-    if task == "consolidator":
-        label = _need(row, "label", where)
-        if label not in consolidation.ACTIONS:
-            raise ValueError(f"{where}: label {label!r} is not one of {consolidation.ACTIONS}")
-        return consolidation.ACTIONS.index(label)
+        if label not in LABELS[task]:
+            raise ValueError(f"{where}: label {label!r} is not one of {LABELS[task]}")
+        return LABELS[task].index(label)
     label = _need(row, "label", where)
     if label not in (0, 1, 0.0, 1.0):
         raise ValueError(f"{where}: label {label!r} should be 0 or 1")
@@ -327,7 +322,7 @@ class Encoder:
         return [memory_type.from_probs(p) for p in self.scores([(memory_type.encoder_text(s),) for s in snippets])]
 
     def complexity(self, questions: list[str]) -> list[str]:
-        return [complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
+        return [recall_plan.complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
 
     def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
         q = recall_gate.pair_query(question, complexity)
@@ -335,17 +330,9 @@ class Encoder:
 
     def actions(self, pairs) -> list[str]:
         """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
-        return [action_of(p) for p in self.scores([(consolidation.encoder_text(n, o),) for n, o in pairs])]
-
-
-def complexity_of(probs) -> str:
-    """The planner's decision: the most probable of COMPLEXITIES (id2label order)."""
-    return recall_plan.COMPLEXITIES[max(range(len(probs)), key=probs.__getitem__)]
-
-
-def action_of(probs) -> str:
-    """The consolidator's decision: the most probable of consolidation.ACTIONS (id2label order)."""
-    return consolidation.ACTIONS[max(range(len(probs)), key=probs.__getitem__)]
+        return [
+            consolidation.action_of(p) for p in self.scores([(consolidation.encoder_text(n, o),) for n, o in pairs])
+        ]
 
 
 def _task_of(config) -> str:
@@ -517,9 +504,9 @@ def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
     if task == "router":
         return router_scores([memory_type.from_probs(p) for p in scores], [r["labels"] for r in rows])
     if task == "planner":
-        return planner_scores([complexity_of(p) for p in scores], [r["label"] for r in rows])
+        return planner_scores([recall_plan.complexity_of(p) for p in scores], [r["label"] for r in rows])
     if task == "consolidator":
-        return consolidator_scores([action_of(p) for p in scores], [r["label"] for r in rows])
+        return consolidator_scores([consolidation.action_of(p) for p in scores], [r["label"] for r in rows])
     return gate_scores(gate_examples(rows, [p[0] for p in scores]))
 
 
