@@ -11,7 +11,8 @@ consolidation; `consolidator`: the trained encoder, in process, as the served mo
 searched with the plain question (BM25 + dense, current records first). Reported:
 - DimMem Table 5 layout: embedding comparisons of an embedding-only update (every new record against every
   earlier record of its conversation, as LightMem) against the cascade's (which only compares with records
-  still current), the share saved, merges and compression (merged records / records); LightMem's own merge
+  still current), the share saved, merges and compression (merges / the all-pairs embedding count, as
+  Table 5 computes it: 241 / 2,475 = 9.74% for LightMem on LoCoMo); LightMem's own merge
   count (pairs at cosine >= 0.85) beside it;
 - decisions per action;
 - knowledge-update questions (questions.jsonl `update`): the share where the record of the newer turn ranks
@@ -213,7 +214,7 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
                 cascade=cons.stats.to_json() if cons else None,
                 decisions={a: actions[a] for a in consolidation.ACTIONS},
                 merges=merges,
-                compression=round(merges / len(items), 4) if items else 0.0,
+                compression=round(merges / pairs, 4) if pairs else 0.0,
                 superseded=sum(1 for it in bank.items if it.status == "superseded"),
             )
             results[label][name] = res
