@@ -6,7 +6,8 @@ from datetime import datetime
 import evaluate
 import pytest
 
-from memdistill.metrics.extraction import ExtractionScores, keyword_f1, match, token_f1
+from memdistill.metrics.extraction import ExtractionScores, keyword_f1, match, query_scores, token_f1
+from memdistill.metrics.stats import bootstrap_ci
 from memdistill.spec.extraction import Dimension, MemoryRecord, render_completion
 from tests.conftest import REPO
 
@@ -223,3 +224,136 @@ def test_parser_repairs_and_token_cap_are_counted_over_records_written():
     assert out["records_written"] == 4 and out["predicted"] == 2
     assert out["duplicate_rate"] == 0.5 and out["speaker_fix_rate"] == 0.25
     assert out["capped_outputs"] == 1 and out["capped_rate"] == 0.5
+
+
+def _question(need=False, time="", location="", types=(), answer_dim=""):
+    query = {
+        "query_anchor": "what the user asked",
+        "need_assistant_context": need,
+        "dimension": {"target_memory_type": list(types), "keywords": [], "time": time, "location": location},
+        "answer_dim": answer_dim,
+    }
+    return {"query": query}
+
+
+def _reply(**kw) -> str:
+    return json.dumps(_question(**kw)["query"])
+
+
+QUESTIONS = [
+    _question(True, time="on 2023-05-06", types=["episodic"], answer_dim="time"),
+    _question(True, location="Leeds", types=["fact"]),
+    _question(False, types=["episodic"]),
+    _question(False, time="after 2023-01"),
+    _question(False, types=["episodic", "profile"]),
+    _question(False, types=["episodic"]),
+]
+REPLIES = [
+    _reply(need=True, time="on 2023-05-06", types=["episodic"]),  # true positive, time and types exact
+    "not json",  # invalid: a missed trigger, wrong wherever scored, fills nothing
+    _reply(need=True, time="before 2024", types=["episodic"]),  # false positive, a time where gold has none
+    _reply(time="after 2023-02", location="home", types=["fact"]),  # wrong time; location and types filled
+    _reply(types=["profile", "episodic"]),  # types compared as a set
+    _reply(types=["fact"]),
+]
+
+
+def test_query_scores_trigger_and_field_rates_by_hand():
+    out = query_scores(REPLIES, QUESTIONS)
+    assert out["assistant_trigger_confusion"] == {"tp": 1, "fp": 1, "fn": 1, "tn": 3}
+    assert out["assistant_trigger_precision"] == out["assistant_trigger_recall"] == out["assistant_trigger_f1"] == 0.5
+    assert out["assistant_trigger_rate"] == out["assistant_trigger_gold_rate"] == round(2 / 6, 4)
+    assert out["assistant_trigger_f1_baseline"] == 0.5  # always trigger: P = 2/6, R = 1, F1 = 2 * 2 / (6 + 2)
+    assert out["valid_rate"] == round(5 / 6, 4)
+    assert out["need_assistant_context_acc"] == round(4 / 6, 4)  # q1, q4, q5, q6
+    assert out["need_assistant_context_acc_baseline"] == round(4 / 6, 4)
+    assert out["baseline_of"]["need_assistant_context_acc"] == "always false"
+    # time: gold sets one on q1 and q4 (q1 exact); gold empty on q2, q3, q5, q6 (q3 filled)
+    assert (out["time_gold_questions"], out["time_exact_where_gold"]) == (2, 0.5)
+    assert out["time_filled_where_gold_empty"] == 0.25
+    assert out["time_exact_where_gold_baseline"] == 0.5  # two gold times, one each: the tie goes to the first
+    assert out["baseline_of"]["time_exact_where_gold"] == 'always "after 2023-01"'
+    # location: only q2 sets one (its output is invalid); "home" on q4 is filled over 5 gold-empty questions
+    assert (out["location_gold_questions"], out["location_exact_where_gold"]) == (1, 0.0)
+    assert out["location_filled_where_gold_empty"] == 0.2 and out["location_exact_where_gold_baseline"] == 1.0
+    # target types: gold sets them on q1, q2, q3, q5, q6 (q1, q3, q5 exact); q4 has none and gets [fact]
+    assert (out["target_type_gold_questions"], out["target_type_exact_where_gold"]) == (5, 0.6)
+    assert out["target_type_filled_where_gold_empty"] == 1.0
+    assert out["target_type_exact_where_gold_baseline"] == 0.6  # {episodic} on q1, q3, q6
+    assert out["baseline_of"]["target_type_exact_where_gold"] == 'always ["episodic"]'
+    assert out["answer_dim_acc"] == round(4 / 6, 4) and out["answer_dim_acc_baseline"] == round(5 / 6, 4)
+    assert out["keyword_f1"] == round(5 / 6, 4) and out["keyword_f1_baseline"] == 1.0
+    lo, hi = out["assistant_trigger_f1_ci95"]
+    assert 0.0 <= lo < 0.5 < hi <= 1.0
+
+
+def test_query_scores_always_false_model_scores_its_baseline_and_never_triggers():
+    """The failure the old accuracy hid: a model that never triggers matches the majority baseline."""
+    questions = [_question(True)] * 2 + [_question(False)] * 8
+    out = query_scores([_reply()] * 10, questions)
+    assert out["need_assistant_context_acc"] == out["need_assistant_context_acc_baseline"] == 0.8
+    assert out["assistant_trigger_rate"] == 0.0 and out["assistant_trigger_gold_rate"] == 0.2
+    assert out["assistant_trigger_recall"] == out["assistant_trigger_f1"] == 0.0
+    assert out["assistant_trigger_f1_ci95"] == [0.0, 0.0]
+
+
+def _window_scores(windows) -> ExtractionScores:
+    s = ExtractionScores(threshold=0.5, similarity="token_f1")
+    for pred, gold in windows:
+        s.add(render_completion(pred), pred, gold, True)
+    return s
+
+
+def test_extraction_interval_resamples_windows_and_pools_counts():
+    other = [rec(2, "Ann plays the cello"), rec(2, "Ann lives in Oslo"), rec(3, "Ann likes jazz")]
+    windows = [
+        ([GOLD[0]], [GOLD[0]]),  # matched 1 of predicted 1, gold 1: F1 1 on its own
+        (other, []),  # 3 predicted, nothing to match
+        ([], GOLD[1:] + other[:2]),  # 4 gold, nothing predicted
+    ]
+    out = _window_scores(windows).summary()
+    counts = [(1, 1, 1), (0, 3, 0), (0, 0, 4)]  # (matched, predicted, gold) per window
+
+    def pooled_f1(idx):
+        m, p, g = (sum(counts[i][k] for i in idx) for k in range(3))
+        return 2 * m / (p + g)  # F1 = 2PR / (P + R) = 2m / (p + g)
+
+    assert out["memory_f1"] == round(2 / 9, 4)  # pooled: P = 1/4, R = 1/5; the per-window mean would be 1/3
+    assert out["memory_f1_ci95"] == bootstrap_ci(pooled_f1, 3)
+    assert out["memory_precision_ci95"] == bootstrap_ci(
+        lambda idx: sum(counts[i][0] for i in idx) / max(1, sum(counts[i][1] for i in idx)), 3
+    )
+
+
+def test_extraction_baselines_on_matched_pairs():
+    window1 = [
+        rec(1, "Maya adopted a puppy named Biscuit", "episodic", "2023-05-06", kws=["puppy"]),
+        rec(1, "Maya went hiking in the Alps", "episodic"),
+        rec(2, "Tom works as a nurse in Leeds", "fact", location="Leeds", kws=["nurse"]),
+    ]
+    window2 = [rec(2, "Ann plays the cello", "profile"), rec(2, "Ann lives in Oslo", "profile")]
+    window2.append(rec(2, "Ann likes jazz", "profile"))
+    pred = [r.model_copy(update={"dimension": r.dimension.model_copy(update={"memory_type": "fact"})}) for r in window1]
+    out = _window_scores([(pred, window1), ([], window2)]).summary()
+    assert out["matched"] == 3 and out["type_accuracy"] == round(1 / 3, 4)
+    # majority over all gold records is profile (3 of 6), which no matched pair has
+    assert out["type_accuracy_baseline"] == 0.0 and out["baseline_of"]["type_accuracy"].startswith('always "profile"')
+    assert out["source_accuracy_baseline"] == round(1 / 3, 4)  # majority source_id 2 (4 of 6); 1 matched pair
+    assert out["time_exact_baseline"] == round(2 / 3, 4) and out["location_agreement_baseline"] == round(2 / 3, 4)
+    assert out["keyword_f1_baseline"] == round(1 / 3, 4)  # only the hiking record has no keywords
+    assert out["time_exact"] == out["keyword_f1"] == out["source_accuracy"] == 1.0
+
+
+def test_bootstrap_ci_contains_estimate_shrinks_with_n_and_is_seeded():
+    def interval(n, seed=0):
+        data = [i % 10 < 3 for i in range(n)]  # a rate of 0.3
+        return bootstrap_ci(lambda idx: sum(data[i] for i in idx) / len(idx), n, seed=seed)
+
+    small, large = interval(50), interval(800)
+    assert small[0] < 0.3 < small[1] and large[0] < 0.3 < large[1]
+    assert large[1] - large[0] < (small[1] - small[0]) / 2.5  # width ~ 1 / sqrt(n): 16x the items, ~1/4 the width
+    assert interval(50) == small
+    spread = [(i * 37 % 101) / 101 for i in range(50)]  # many distinct values, so another seed moves the ends
+    mean = lambda seed: bootstrap_ci(lambda idx: sum(spread[i] for i in idx) / len(idx), 50, seed=seed)  # noqa: E731
+    assert mean(0) == mean(0) != mean(1)
+    assert bootstrap_ci(lambda idx: 1.0, 0) == [0.0, 0.0]

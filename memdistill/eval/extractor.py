@@ -23,7 +23,7 @@ from memdistill.core.config import job_config
 from memdistill.core.embedder import Embedder
 from memdistill.core.report import grouped_bars, md_table, print_report
 from memdistill.data import seed as seedlib
-from memdistill.metrics.extraction import ExtractionScores, keyword_f1
+from memdistill.metrics.extraction import ExtractionScores, query_scores
 from memdistill.spec import extraction, query_parse
 from memdistill.spec.dialogue import interleaved, windows
 
@@ -67,32 +67,6 @@ def test_items(cfg: EvalConfig):
     qs = [q for q in seed.rows("questions", cfg.split) if q["conversation_id"] in convs]
     qs = qs[: cfg.max_questions] if cfg.max_questions else qs
     return seed, wins, qs
-
-
-def score_queries(outputs: list[str], questions: list[dict]) -> dict:
-    n = len(questions)
-    valid = nac = ad = types = kw = time_ok = 0
-    for raw, q in zip(outputs, questions):
-        res = query_parse.parse(raw)
-        if not res.ok:
-            continue
-        valid += 1
-        p, g = res.query, query_parse.QueryAnalysis.model_validate(q["query"])
-        nac += p.need_assistant_context == g.need_assistant_context
-        ad += p.answer_dim == g.answer_dim
-        types += set(p.dimension.target_memory_type) == set(g.dimension.target_memory_type)
-        kw += keyword_f1(p.dimension.keywords, g.dimension.keywords)
-        time_ok += p.dimension.time == g.dimension.time
-    d = lambda a: round(a / n, 4) if n else 0.0  # noqa: E731  (over all questions: invalid output scores 0)
-    return {
-        "questions": n,
-        "valid_rate": d(valid),
-        "need_assistant_context_acc": d(nac),
-        "answer_dim_acc": d(ad),
-        "target_type_exact": d(types),
-        "keyword_f1": d(kw),
-        "time_exact": d(time_ok),
-    }
 
 
 def _generate(model: str, cfg: EvalConfig, wins, qs):
@@ -187,7 +161,7 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
         rows.append({"model": model, "question_id": q["question_id"], "raw": o.text})
     metrics = {
         "extraction": scores.summary(),
-        "query_parse": score_queries([o.text for o in qout], qs),
+        "query_parse": query_scores([o.text for o in qout], qs),
         "generation_seconds": round(gen_time, 1),
     }
     return metrics, rows
@@ -222,14 +196,14 @@ def run(cfg: EvalConfig) -> Path:
                 {
                     "split": cfg.split,
                     "source": str(out / "metrics.json"),
-                    "extraction": r["extraction"],
-                    "query_parse": r["query_parse"],
+                    "extraction": headline(r["extraction"], COUNT_COLUMNS + EXTRACTION_COLUMNS),
+                    "query_parse": headline(r["query_parse"], QUERY_COLUMNS),
                 },
             )
     return out
 
 
-COUNT_COLUMNS = ["predicted", "gold", "matched"]  # per-pair rates below are over `matched` pairs only
+COUNT_COLUMNS = ["windows", "predicted", "gold", "matched"]  # per-pair rates below are over `matched` pairs only
 EXTRACTION_COLUMNS = [
     "json_valid_rate",
     "schema_valid_rate",
@@ -254,33 +228,128 @@ EXTRACTION_COLUMNS = [
 ]
 QUERY_COLUMNS = [
     "valid_rate",
+    "assistant_trigger_precision",
+    "assistant_trigger_recall",
+    "assistant_trigger_f1",
+    "assistant_trigger_rate",
+    "assistant_trigger_gold_rate",
     "need_assistant_context_acc",
+    "time_exact_where_gold",
+    "time_filled_where_gold_empty",
+    "location_exact_where_gold",
+    "location_filled_where_gold_empty",
+    "target_type_exact_where_gold",
+    "target_type_filled_where_gold_empty",
     "answer_dim_acc",
-    "target_type_exact",
     "keyword_f1",
-    "time_exact",
 ]
+CHART_COLUMNS = {
+    "extraction": EXTRACTION_COLUMNS[:13],
+    "query_parse": [c for c in QUERY_COLUMNS if c != "assistant_trigger_gold_rate"],
+}
+
+DEFINITIONS = """\
+## Definitions
+
+Intervals: 95% percentile bootstrap (1000 resamples, seed 0). Extraction resamples windows, query
+analysis resamples questions; each resample recomputes the pooled metric from its counts (memory F1
+from the pooled matched / predicted / gold counts, not a mean of per-window F1s). A baseline is the
+score of a trivial answer on the same items, computed from the gold; the row under a metric gives its
+rule and value.
+
+Extraction: a predicted record is matched to at most one gold record of its window (Hungarian
+assignment on content similarity, kept at or above the threshold). memory precision / recall / F1 are
+matched / predicted, matched / gold and their harmonic mean. type_accuracy, time_exact, the
+agreements, keyword_f1 and source_accuracy are over matched pairs only, each beside a trivial answer
+scored on the same pairs: the majority memory_type and the majority source_id of all gold records, and
+an empty time, location, reason, purpose or keyword list. overfill_rate: dimensions filled where the gold
+leaves them empty (always empty scores 0). capped_rate: outputs that ran to the token cap.
+duplicate_rate and speaker_fix_rate: records the parser dropped as repeats or whose speaker it corrected,
+over the records the model wrote.
+
+Query analysis, DimMem Table 6 layout (DimMem section 4.6): the assistant-recall trigger
+(need_assistant_context) as a confusion matrix of predicted against gold need, with precision =
+TP / (TP + FP), recall = TP / (TP + FN) and F1 their harmonic mean; trigger rate = share of questions
+the model sends to assistant-reply recall (DimMem section 4.4 reports 12.2% of LongMemEval-S queries),
+gold rate = share whose gold needs it. DimMem's gold is whether the question is of LongMemEval's
+single-session-assistant type; ours is the gold query's need_assistant_context label. For reference,
+DimMem's GPT-4.1-mini trigger scored precision 90.2%, recall 98.2%, F1 94.0% on 500 questions (Table 6).
+Time, location and target types are not in Table 6; they are this project's metrics: exact match over
+the questions whose gold sets the field (target types as a set), and the share of questions where the
+model sets the field although the gold leaves it empty (a model that never fills scores 0); each exact
+match sits beside always answering the most common gold value among those same questions; "n/a" marks a
+rate with no questions under it. An output the parser rejects triggers nothing,
+fills nothing and is wrong wherever it is scored.
+"""
+
+
+def cell(summary: dict, key: str) -> str:
+    """value [lo, hi] for a rate; value alone for a count."""
+    ci = summary.get(f"{key}_ci95")
+    return f"{summary[key]} [{ci[0]}, {ci[1]}]" if ci else str(summary[key])
+
+
+def headline(summary: dict, cols: list[str]) -> dict:
+    return {c: cell(summary, c) for c in cols}
+
+
+def metric_rows(summaries: list[dict], cols: list[str], undefined=lambda s, c: False) -> list[list]:
+    """A row per metric, each baselined one followed by its trivial baseline and the baseline's rule
+    (per-pair baselines follow each model's own matched pairs, so they can differ between models)."""
+    rows = []
+    for c in cols:
+        rows.append([c, *("n/a (no items)" if undefined(s, c) else cell(s, c) for s in summaries)])
+        if c in summaries[0]["baseline_of"]:
+            rows.append([f"  baseline: {summaries[0]['baseline_of'][c]}", *(s[f"{c}_baseline"] for s in summaries)])
+    return rows
+
+
+def _no_items(q: dict, c: str) -> bool:
+    """A per-field query rate whose denominator is empty: no gold sets the field, or every gold does."""
+    if c.endswith("_exact_where_gold"):
+        return not q[c.replace("_exact_where_gold", "_gold_questions")]
+    if c.endswith("_filled_where_gold_empty"):
+        return q[c.replace("_filled_where_gold_empty", "_gold_questions")] == q["questions"]
+    return False
+
+
+def confusion_table(label: str, q: dict) -> list[str]:
+    m = q["assistant_trigger_confusion"]
+    tp, fp, fn, tn = m["tp"], m["fp"], m["fn"], m["tn"]
+    return [f"**{label}**", ""] + md_table(
+        ["", "gold: need", "gold: no need", "total"],
+        [
+            ["predicted: need", tp, fp, tp + fp],
+            ["predicted: no need", fn, tn, fn + tn],
+            ["total", tp + fn, fp + tn, q["questions"]],
+        ],
+    )
 
 
 def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_questions: int) -> None:
     first = next(iter(results.values()))["extraction"]
+    ext = [r["extraction"] for r in results.values()]
+    qa = [r["query_parse"] for r in results.values()]
     lines = [
         f"# Extractor evaluation ({cfg.split} split of {cfg.seed_dir})",
         "",
         f"{n_windows} windows ({cfg.windows}), {n_questions} questions. Records matched one to one by "
-        f"{first['match_similarity']} similarity >= {first['match_threshold']}.",
+        f"{first['match_similarity']} similarity >= {first['match_threshold']}. Rates: value [95% bootstrap "
+        "interval] (definitions at the end).",
         "",
         "## Extraction",
         "",
     ]
-    lines += md_table(
-        ["metric", *results],
-        [[c, *(r["extraction"][c] for r in results.values())] for c in COUNT_COLUMNS + EXTRACTION_COLUMNS],
-    )
-    lines += ["", "## Query analysis", ""]
-    lines += md_table(
-        ["metric", *results], [[c, *(r["query_parse"][c] for r in results.values())] for c in QUERY_COLUMNS]
-    )
+    lines += md_table(["metric", *results], metric_rows(ext, COUNT_COLUMNS + EXTRACTION_COLUMNS))
+    lines += ["", "## Query analysis", "", "Assistant-recall trigger (DimMem Table 6 layout):", ""]
+    for label, q in zip(results, qa):
+        lines += confusion_table(label, q) + [""]
+    lines += [
+        f"Questions whose gold sets a time: {qa[0]['time_gold_questions']}, a location: "
+        f"{qa[0]['location_gold_questions']}, target types: {qa[0]['target_type_gold_questions']} (of {n_questions}).",
+        "",
+    ]
+    lines += md_table(["metric", *results], metric_rows(qa, QUERY_COLUMNS, _no_items))
     lines += [
         "",
         "Generation time (s): " + ", ".join(f"{k} {v['generation_seconds']}" for k, v in results.items()),
@@ -289,9 +358,10 @@ def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_qu
         "",
         "![query analysis](query_parse.png)",
         "",
+        DEFINITIONS,
     ]
     (out / "report.md").write_text("\n".join(lines))
-    for name, cols in (("extraction", EXTRACTION_COLUMNS[:13]), ("query_parse", QUERY_COLUMNS)):
+    for name, cols in CHART_COLUMNS.items():
         grouped_bars(
             out / f"{name}.png",
             {label: [r[name][c] for c in cols] for label, r in results.items()},
