@@ -192,41 +192,80 @@ def test_gpu_encoder_recipes_train_in_mixed_precision_on_any_device(tmp_path):
 # --- metrics and rules (eval/encoder_eval.py) -----------------------------------------------------
 
 
-def test_router_scores_follow_the_table9_definitions():
+def _inside(s: dict) -> list[str]:
+    """Names of the figures in `s` (one level) that lie outside their own 95% interval."""
+    return [k for k in s if f"{k}_ci95" in s and not s[f"{k}_ci95"][0] <= s[k] <= s[f"{k}_ci95"][1]]
+
+
+def test_router_overall_is_memotype_mean_of_per_type_and_exact_set_has_its_own_name():
     from memdistill.metrics.encoders import router_scores
+    from memdistill.metrics.stats import bootstrap_ci
 
-    gold = [["EM"], ["EM", "PM"], [], ["GM"]]
-    pred = [["EM"], ["EM"], [], None]  # None: unreadable output
+    gold = [["EM"], ["EM", "PM"], [], ["GM"], ["EM"]]
+    pred = [["EM"], ["EM"], [], None, ["EM", "GM"]]  # None: unreadable output
     s = router_scores(pred, gold)
-    assert s["overall"]["acc"] == 0.5  # exact set match: rows 1 and 3
-    assert s["EM"]["acc"] == 1.0 and s["EM"]["f1"] == 1.0
-    assert s["PM"]["acc"] == 0.75 and s["PM"]["f1"] == 0.0
-    assert s["GM"]["acc"] == 0.75 and s["GM"]["f1"] == 0.0
-    assert s["overall"]["f1"] == round(1 / 3, 4) and s["valid_rate"] == 0.75
+    # per type by hand: EM 5/5 right (F1 1); PM 4/5 (tp 0, fn 1: F1 0); GM 3/5 (tp 0, fp 1, fn 1: F1 0)
+    assert (s["EM"]["acc"], s["PM"]["acc"], s["GM"]["acc"]) == (1.0, 0.8, 0.6)
+    assert (s["EM"]["f1"], s["PM"]["f1"], s["GM"]["f1"]) == (1.0, 0.0, 0.0)
+    assert s["GM"]["precision"] == 0.0 and s["PM"]["recall"] == 0.0
+    assert s["overall"]["acc"] == 0.8  # MemoType Table 9: (1.0 + 0.8 + 0.6) / 3, not an exact-set match
+    assert s["overall"]["f1"] == round(1 / 3, 4)  # mean of the per-type F1
+    assert s["overall"]["exact_set"] == 0.4  # rows 1 and 3 only
+    assert s["overall"]["micro_f1"] == round(2 * 3 / (2 * 3 + 1 + 2), 4)  # tp 3 (EM), fp 1 (GM), fn 2
+    assert s["valid_rate"] == 0.8
+    # trivial baselines from gold alone: EM present in 3/5 (always EM: 0.6), PM and GM absent in 4/5
+    base = s["majority_baseline"]
+    assert base["labels"] == ["EM"] and (base["EM"]["acc"], base["PM"]["acc"], base["GM"]["acc"]) == (0.6, 0.8, 0.8)
+    assert base["overall"]["acc"] == round((0.6 + 0.8 + 0.8) / 3, 4)
+    assert base["exact_set_labels"] == ["EM"] and base["overall"]["exact_set"] == 0.4
+    # intervals resample snippets and hold their figure
+    exact = [1, 0, 1, 0, 0]
+    assert s["overall"]["exact_set_ci95"] == bootstrap_ci(lambda idx: sum(exact[i] for i in idx) / len(idx), 5)
+    assert s["overall"]["exact_set_ci95"][0] < 0.4 < s["overall"]["exact_set_ci95"][1]
+    assert not _inside(s["overall"]) and not _inside(s) and not any(_inside(s[lab]) for lab in memory_type.LABELS)
+    perfect = router_scores(gold, gold)
+    assert perfect["overall"]["acc_ci95"] == perfect["overall"]["exact_set_ci95"] == [1.0, 1.0]
 
 
-def test_planner_and_gate_scores():
-    from memdistill.metrics.encoders import gate_examples, gate_scores, planner_scores
+def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baselines():
+    from memdistill.metrics.encoders import consolidator_scores, gate_examples, gate_scores, planner_scores
 
-    s = planner_scores(["simple", "complex", None], ["simple", "hybrid", "complex"])
-    assert s["accuracy"] == round(1 / 3, 4) and s["valid_rate"] == round(2 / 3, 4)
+    s = planner_scores(["simple", "complex", None, "simple"], ["simple", "hybrid", "complex", "simple"])
+    assert s["accuracy"] == 0.5 and s["valid_rate"] == 0.75 and s["f1"]["simple"] == 1.0
+    assert s["macro_f1"] == round(1 / 3, 4) and not _inside(s) and not _inside(s["f1"])
+    assert s["majority_baseline"] == {"label": "simple", "accuracy": 0.5, "macro_f1": round(2 / 3 / 3, 4)}
     rows = [
         {
-            "gate_id": "g",
+            "gate_id": g,
             "candidate_id": i,
             "complexity": "simple",
             "query": recall_gate.pair_query("Q?", "simple"),
             "text": "a b c d" if i == 1 else "x y",
             "label": float(i == 1),
         }
+        for g in ("g1", "g2")
         for i in (2, 1, 3)
     ]
-    ex = gate_examples(rows, [0.4, 0.9, 0.1])  # rows out of id order on purpose
+    ex = gate_examples(rows, [0.4, 0.9, 0.1] * 2)  # rows out of id order on purpose
     assert ex[0]["question"] == "Q?" and ex[0]["gold"] == [1] and ex[0]["scores"] == [0.9, 0.4, 0.1]
     s = gate_scores(ex)  # select keeps id 1 only (0.9 >= 0.6)
     assert s["keep_precision"] == 1.0 and s["keep_recall"] == 1.0 and s["tokens_removed_share"] == round(4 / 8, 4)
-    s = gate_scores(ex, [None])  # unreadable: keeps everything
-    assert s["tokens_removed_share"] == 0.0 and s["keep_precision"] == round(1 / 3, 4) and s["valid_rate"] == 0.0
+    assert s["keep_f1_ci95"] == [1.0, 1.0] and s["examples"] == 2 and s["candidates"] == 6
+    assert s["keep_all_baseline"] == {
+        "keep_precision": round(1 / 3, 4),
+        "keep_recall": 1.0,
+        "keep_f1": 0.5,
+        "tokens_removed_share": 0.0,
+    }
+    assert {k: v for k, v in gate_scores(ex, ci=False).items()} == {k: v for k, v in s.items() if "_ci95" not in k}
+    s = gate_scores(ex, [None, [1]])  # unreadable: keeps everything; intervals resample the two examples
+    assert s["valid_rate"] == 0.5 and s["valid_rate_ci95"] == [0.0, 1.0] and s["keep_precision"] == 0.5
+    assert s["tokens_removed_share"] == 0.25 and not _inside(s)
+    c = consolidator_scores(["MERGE", None, "KEEPBOTH", "MERGE"], ["MERGE", "SUPERSEDE", "KEEPBOTH", "KEEPBOTH"])
+    assert c["accuracy"] == 0.5 and c["valid_rate"] == 0.75 and not _inside(c)
+    assert c["per_action"]["MERGE"]["precision"] == 0.5 and c["per_action"]["KEEPBOTH"]["recall"] == 0.5
+    assert not any(_inside(v) for v in c["per_action"].values())
+    assert c["majority_baseline"]["action"] == "KEEPBOTH" and c["majority_baseline"]["accuracy"] == 0.5
 
 
 def test_rule_baselines_follow_their_documented_rules():
@@ -244,7 +283,11 @@ def test_rule_baselines_follow_their_documented_rules():
     assert rule_gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog.", "Tom likes jazz."]) == [1]
     many = [f"adopted dog number {i}" for i in range(30)]
     assert len(rule_gate("Which dogs were adopted?", "simple", many)) == recall_gate.BUDGETS["simple"]
-    assert recall_plan.COMPLEXITIES  # the rules answer within the spec's label set
+    questions = [r["text"] for split in ("train", "test") for r in encoder_rows("planner", 10_000, split)]
+    answers = {rule_planner(q) for q in questions}
+    assert len(questions) >= 50 and answers <= set(recall_plan.COMPLEXITIES), answers  # within the spec's set
+    snippets = [r["text"] for r in encoder_rows("router", 10_000, "test")]
+    assert len(snippets) >= 50 and all(set(rule_router(t)) <= set(memory_type.LABELS) for t in snippets)
 
 
 def test_a_missing_encoder_dataset_names_the_command_that_builds_it(tmp_path):
@@ -258,3 +301,82 @@ def test_a_missing_encoder_dataset_names_the_command_that_builds_it(tmp_path):
     ):
         build_trainer(cfg)
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def _write_split(root, n: int = 4) -> dict:
+    rows = {}
+    for task in TASKS:
+        rows[task] = encoder_rows(task, n if task != "gate" else 32, "test")
+        (root / task).mkdir(parents=True)
+        (root / task / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[task]))
+    return rows
+
+
+def test_lm_baseline_asks_the_endpoint_named_in_the_config_and_the_report_names_it(tmp_path, monkeypatch):
+    from memdistill.data.fake_teacher import FakeOpenAI
+    from memdistill.eval.encoders import EncoderEvalConfig, LMBaseline, run
+    from memdistill.metrics.encoders import gate_examples
+
+    rows = _write_split(tmp_path / "data")
+    monkeypatch.setenv("MEMDISTILL_TEST_LM_KEY", "sk-test")
+    with FakeOpenAI(api_key="sk-test", model="fake-4o-mini") as fake:
+        url = fake.url
+        cfg = load_config(
+            EncoderEvalConfig,
+            REPO / "configs/eval/encoders_cpu.yaml",
+            [
+                f"data_dir={tmp_path / 'data'}",
+                f"output_dir={tmp_path / 'out'}",
+                "router=null",
+                "planner=null",
+                "gate=null",
+                "consolidator=null",
+                "write_cards=false",
+                f"lm_baseline={{base_url: '{fake.url}', model: fake-4o-mini, api_key_env: MEMDISTILL_TEST_LM_KEY, "
+                "name: 'Fake 4o-mini, loopback'}",
+            ],  # fmt: skip
+        )
+        assert isinstance(cfg.lm_baseline, LMBaseline) and cfg.lm_baseline.base_url == url
+        out = run(cfg)
+        bodies = [e["body"] for e in fake.log]
+    expected = sum(len(rows[t]) for t in TASKS if t != "gate") + len(gate_examples(rows["gate"]))
+    assert fake.requests == expected  # one chat per snippet, question, gate example and pair: all went there
+    assert all(b["model"] == "fake-4o-mini" and "chat_template_kwargs" not in json.dumps(b) for b in bodies)
+    row = "LM zero-shot (Fake 4o-mini, loopback)"
+    res = json.loads((out / "metrics.json").read_text())
+    assert res["lm"] == {"row": row, "base_url": url, "model": "fake-4o-mini"}
+    for t in TASKS:
+        assert set(res["results"][t]) == {"rules", row} and res["results"][t][row]["valid_rate"] == 1.0, t
+    report = (out / "report.md").read_text()
+    assert report.count(f"| {row} |") == len(TASKS) and f"at {url}" in report
+    assert "| majority (always" in report and "| keep all (no gate) |" in report and "exact set" in report
+
+
+def test_lm_baseline_config_forms_and_default_row_names(tmp_path, monkeypatch):
+    from memdistill.eval.encoders import EncoderEvalConfig, LMBaseline, local_lm_name, run
+
+    base = REPO / "configs/eval/encoders_cpu.yaml"
+    assert load_config(EncoderEvalConfig, base).lm_baseline is True
+    assert load_config(EncoderEvalConfig, base, ["lm_baseline=false"]).lm_baseline is False
+    with pytest.raises(ConfigError, match=r"lm_baseline: unknown key\(s\) \['api_key'\]"):
+        load_config(EncoderEvalConfig, base, ["lm_baseline={base_url: http://x/v1, model: m, api_key: sk-1}"])
+    with pytest.raises(ConfigError, match=r"lm_baseline: missing required key\(s\) \['model'\]"):
+        load_config(EncoderEvalConfig, base, ["lm_baseline={base_url: http://x/v1}"])
+    with pytest.raises(ConfigError, match="lm_baseline should be true, false or a mapping"):
+        load_config(EncoderEvalConfig, base, ["lm_baseline=gpt-4o-mini"])
+    monkeypatch.delenv("MEMDISTILL_UNSET_KEY", raising=False)
+    cfg = EncoderEvalConfig(
+        lm_baseline=LMBaseline("http://127.0.0.1:9/v1", "m", api_key_env="MEMDISTILL_UNSET_KEY"),
+        data_dir=str(tmp_path), tasks=[], write_cards=False, output_dir=str(tmp_path / "out"),
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="MEMDISTILL_UNSET_KEY"):
+        run(cfg)
+    # the local LM's row says what it is: the LoRA extractor on its base model, or the bare base model
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    (merged / "memdistill.json").write_text(json.dumps({"base_model": "embedded:smollm2-135m-instruct"}))
+    cfg = EncoderEvalConfig(lm=str(merged))
+    assert local_lm_name(cfg, str(merged)) == "smollm2-135m-instruct LoRA extractor, local vLLM"
+    assert local_lm_name(cfg, "/cache/smollm2-135m-instruct") == "smollm2-135m-instruct base model, local vLLM"
+    cfg = EncoderEvalConfig(lm="nowhere", fallback_lm="Qwen/Qwen3-4B")
+    assert local_lm_name(cfg, "Qwen/Qwen3-4B") == "Qwen3-4B base model, local vLLM"

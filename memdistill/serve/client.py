@@ -108,10 +108,13 @@ class MemoryModels:
         consolidator_url: str | None = None,
         windows: dict | None = None,
         model_dir: str | None = None,
+        qwen3_no_think: bool = True,
     ):
         """`windows` ({style: [[W, O], ...]}) or `model_dir` (a merged model or adapter directory) name the
         windows the extractor was trained on; without either, `extract(conversation)` asks the endpoint
-        which model it serves and reads that model's metadata when the directory is readable here."""
+        which model it serves and reads that model's metadata when the directory is readable here.
+        `qwen3_no_think=False` leaves vLLM's chat_template_kwargs out of requests (APIs such as OpenAI's
+        reject unknown fields)."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
         # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
         self.encoder_urls = {
@@ -138,7 +141,7 @@ class MemoryModels:
         self._next = itertools.cycle(range(len(self._clients)))
         self._lock = threading.Lock()
         self.model, self.structured, self.max_tokens = model, structured, max_tokens
-        self.max_concurrency = max_concurrency
+        self.max_concurrency, self.qwen3_no_think = max_concurrency, qwen3_no_think
         self._windows = windows if windows is not None else (trained_windows(model_dir) if model_dir else None)
         self._windows_known = windows is not None or model_dir is not None
 
@@ -156,6 +159,8 @@ class MemoryModels:
         body = chat_request(
             messages, self.model, max_tokens or self.max_tokens, schema if self.structured else None, name
         )
+        if not self.qwen3_no_think:
+            body.pop("extra_body")
         try:
             resp = self._client().chat.completions.create(**body)
         except openai.APITimeoutError as e:
