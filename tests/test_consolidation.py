@@ -282,6 +282,9 @@ def test_eval_consolidation_on_the_gold_test_split(tmp_path):
         cur, old = r["current_rank"], r["replaced_rank"]
         assert r["newer_above"] == (cur is not None and (old is None or cur < old))
     assert gold["none"]["newer_above"] == round(sum(r["newer_above"] for r in ku) / len(ku), 4)
+    for key in [f"{g}_recall@{k}" for g in ("all", "ku") for k in res["meta"]["ks"]] + ["newer_above"]:
+        lo, hi = gold["rule"][f"{key}_ci95"]
+        assert lo <= gold["rule"][key] <= hi
     report = (out / "report.md").read_text()
     assert "DimMem Table 5 layout" in report and "gold / rule" in report and (out / "ku.png").stat().st_size > 1000
 

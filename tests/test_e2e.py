@@ -1,6 +1,7 @@
 """The end-to-end job (memdistill.eval.e2e) and the QA / judge contract (memdistill.spec.qa)."""
 
 import json
+import re
 
 import pytest
 
@@ -99,6 +100,9 @@ def _cfg(tmp_path, **kw):
         "variants": ["question", "gold+route"],
         "max_conversations": 1,
         "ks": [1, 5, 20],
+        "fusions": ["rrf"],
+        "recall_modes": None,
+        "hooks_models": {},
         "output_dir": str(tmp_path / "runs"),
     }
     return load_config(
@@ -144,6 +148,53 @@ def test_job_on_gold_and_a_records_file(tmp_path, seed):
     assert "| gold | gold+route |" in report and "R@20" in report and "No QA / judge endpoints" in report
     for png in ("recall_at_k.png", "tokens_per_query.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_sets_planner_and_gate_on_and_off_side_by_side_under_both_fusions(tmp_path, monkeypatch):
+    """TiMem Table 3 grid from in-process hooks: a planner that says "simple" (budget 8) and a gate that keeps
+    the first candidate. Every rate carries an interval that holds its point estimate; tokens name the
+    tokenizer; DimMem's union is read whole."""
+    import memdistill.eval.e2e as e2e
+
+    def fake_hooks(cfg):
+        return {"planner": lambda q: "simple", "gate": lambda q, c, cands: [1]}
+
+    monkeypatch.setattr(e2e, "build_hooks", fake_hooks)
+    modes = ["default", "default+gate", "planned", "planned+gate"]
+    out = run(_cfg(tmp_path, variants=["question"], fusions=["rrf", "dimmem_union"], recall_modes=modes))
+    res = json.loads((out / "results.json").read_text())
+    vs = res["results"]["gold"]["variants"]
+    assert sorted((v["fusion"], v["recall_mode"]) for v in vs.values()) == sorted(
+        (f, m) for f in ("rrf", "dimmem_union") for m in modes
+    )
+    per_q = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    for r in per_q:  # the gold bank holds more than 20 records per conversation
+        gated, planned = r["recall_mode"].endswith("+gate"), r["recall_mode"].startswith("planned")
+        assert r["kept"] == (1 if gated else r["budget"])
+        if planned:
+            assert r["complexity"] == "simple" and r["budget"] == 8
+        elif r["fusion"] == "rrf":
+            assert r["complexity"] is None and r["budget"] == 10
+        else:  # the whole union: at least the dense route's top 20
+            assert r["budget"] >= 20
+    o = {(v["fusion"], v["recall_mode"]): v["recall"]["overall"] for v in vs.values()}
+    assert o[("rrf", "default+gate")]["tokens_per_query"] < o[("rrf", "default")]["tokens_per_query"]
+    assert o[("dimmem_union", "default")]["kept_per_query"] > o[("rrf", "default")]["kept_per_query"]
+    for summ in [x for v in vs.values() for x in [v["recall"]["overall"], *v["recall"]["by_category"].values()]]:
+        rates = [k[: -len("_ci95")] for k in summ if k.endswith("_ci95")]
+        assert len(rates) == 2 * 3 + 2
+        for k in rates:
+            assert summ[f"{k}_ci95"][0] <= summ[k] <= summ[f"{k}_ci95"][1]
+    report = (out / "report.md").read_text()
+    section = report.split("## Accuracy-cost trade-off (TiMem Table 3 layout)")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("| gold")]
+    grid = {tuple(c.strip() for c in line.split("|")[3:6]) for line in lines}
+    assert grid == {(f, p, g) for f in ("rrf", "dimmem_union") for p in ("no", "yes") for g in ("no", "yes")}
+    assert "tokens/query (embedded:smollm2-135m-instruct tokenizer)" in report
+    row = next(line for line in report.splitlines() if line.startswith("| gold | question | rrf | default |"))
+    assert re.search(r"\| \d\.\d{3} \[\d\.\d{2}, \d\.\d{2}\] \|", row)  # R@1 with its interval
+    tables = re.findall(r"(?:^\|.*\n)+", report, re.M)
+    assert len(tables) >= 4 and all(len({t.count("|") for t in tab.splitlines()}) == 1 for tab in tables)
 
 
 def test_raw_turn_bank_holds_every_message_and_reports_no_token_cap(tmp_path, seed):
@@ -295,8 +346,14 @@ def test_endpoint_bank_queries_hooks_and_judge_through_a_live_server(tmp_path, s
     assert len((out / "queries" / "served.jsonl").read_text().splitlines()) == 2
     rows = [json.loads(x) for x in (out / "qa.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["correct"] is not None or r["verdict_problems"] for r in rows)
-    for v in list(res["variants"].values()) + [results["gold"]["variants"]["question"]]:
-        assert 0.0 <= v["qa"]["overall"]["accuracy"] <= 1.0 and v["qa"]["overall"]["questions"] == 2
+    # each accuracy is the share of that row's two judged answers marked correct, inside its interval
+    for bank, r in (("served", res), ("gold", results["gold"])):
+        for name, v in r["variants"].items():
+            mine = [x for x in rows if x["bank"] == bank and x["variant"] == name]
+            acc = v["qa"]["overall"]
+            assert len(mine) == 2 and acc["questions"] == 2
+            assert acc["accuracy"] == sum(bool(x["correct"]) for x in mine) / 2
+            assert acc["accuracy_ci95"][0] <= acc["accuracy"] <= acc["accuracy_ci95"][1]
     # the gold bank has candidates, so planner and gate ran over the SDK: a complexity (or a note why not),
     # and what the gate kept stays inside the planner's budget
     for r in (json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()):

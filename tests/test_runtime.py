@@ -175,6 +175,48 @@ def test_dedup_keeps_one_copy_of_a_repeated_sentence(embed):
     assert [h.item.content for h in hits].count(ITEMS[2].content) == 1 and len(hits) == 5
 
 
+def test_dimmem_union_is_each_routes_top_k_deduplicated_by_content_in_route_order():
+    """Hand-set routes: the dimension route finds only the profile record (e), a stub embedder ranks d, c,
+    a for dense, BM25 matches only a and d ("kayaking"). Top 2 per route, concatenated dimension -> dense
+    -> BM25: e; d, c; d, a. d repeats (one hit, with both ranks) and a is d's sentence up to case and spaces
+    (dropped), so the union is e, d, c, and it is read whole (budget None)."""
+    import numpy as np
+
+    bank = MemoryBank(
+        [
+            item("a", "D1:1", "Alpha likes kayaking.", "fact"),
+            item("b", "D1:2", "Bravo plays chess.", "fact"),
+            item("c", "D1:3", "Charlie bakes bread.", "fact"),
+            item("d", "D1:4", "ALPHA likes   kayaking.", "fact"),
+            item("e", "D1:5", "Delta sings opera.", "profile"),
+        ]
+    )
+    vec = {
+        "Who likes kayaking?": [1.0, 0.0],
+        "Alpha likes kayaking.": [0.7, 0.71],
+        "Bravo plays chess.": [0.0, 1.0],
+        "Charlie bakes bread.": [0.8, 0.6],
+        "ALPHA likes   kayaking.": [0.9, 0.44],
+        "Delta sings opera.": [0.1, 0.99],
+    }
+    stub = lambda texts: np.array([vec[t] for t in texts])  # noqa: E731
+    q = query("Who likes kayaking?", types=["profile"])
+    rt = MemoryRuntime(bank, stub, top_k=2, fusion="dimmem_union", budget=None)
+    hits = rt.rank(q.query_anchor, "c1", q)
+    assert [h.item.memory_id for h in hits] == ["e", "d", "c"]
+    assert [h.ranks for h in hits] == [{"dim": 1}, {"dense": 1, "bm25": 1}, {"dense": 2}]
+    rec = rt.recall(q.query_anchor, "c1", q)
+    assert rec.kept == rec.hits and rec.budget == 3
+    # the same routes under RRF: e's full dimension agreement (3 / 61) beats d's two first places (2 / 61),
+    # c's one second place (1 / 62) comes last, and the ranking is cut to the budget
+    rrf = rt.but(fusion="rrf", budget=2, dim_weight=3.0).recall(q.query_anchor, "c1", q)
+    assert [h.item.memory_id for h in rrf.hits] == ["e", "d", "c"] and rrf.kept == rrf.hits[:2]
+    with pytest.raises(ValueError, match="fusion"):
+        MemoryRuntime(bank, stub, fusion="sum")
+    with pytest.raises(TypeError, match="no setting"):
+        rt.but(topk=3)
+
+
 def test_planner_budget_and_gate(embed):
     seen = {}
 

@@ -17,8 +17,9 @@ searched with the plain question (BM25 + dense, current records first). Reported
 - decisions per action;
 - knowledge-update questions (questions.jsonl `update`): the share where the record of the newer turn ranks
   above the record of the turn it replaced (a record missing from the ranking ranks last; both missing
-  counts as not above), and evidence recall@k, with a 95% bootstrap interval;
-- evidence recall@k over every question of the split.
+  counts as not above), and evidence recall@k;
+- evidence recall@k over every question of the split;
+every rate with a 95% bootstrap interval over questions.
 Output: runs/eval-consolidation/<time>/ with results.json, decisions/*.jsonl (replayable logs), report.md
 and a PNG chart.
 """
@@ -35,8 +36,8 @@ from pathlib import Path
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.report import grouped_bars, md_table, print_report
 from memdistill.data.questions import load_questions
-from memdistill.metrics.encoders import bootstrap_ci
 from memdistill.metrics.recall import evidence_coverage
+from memdistill.metrics.stats import bootstrap_ci
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.consolidate import Consolidator
 from memdistill.spec import consolidation
@@ -145,6 +146,8 @@ def summarise(rows: list[dict], ks) -> dict:
         for k in ks:
             vals = [r[f"recall@{k}"] for r in ev]
             out[f"{name}_recall@{k}"] = round(sum(vals) / len(vals), 4) if vals else None
+            mean = lambda idx, v=vals: sum(v[i] for i in idx) / len(idx)  # noqa: E731
+            out[f"{name}_recall@{k}_ci95"] = bootstrap_ci(mean, len(vals))
     out["rows"] = rows
     return out
 
@@ -226,6 +229,14 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
     return out
 
 
+def _ci(s: dict, key: str) -> str:
+    """A rate with its 95% bootstrap interval over questions ('-' when no question has one)."""
+    if s[key] is None:
+        return "-"
+    lo, hi = s[f"{key}_ci95"]
+    return f"{s[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+
+
 def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalConfig) -> None:
     L = [
         f"# Memory update on the gold {meta['split']} split",
@@ -264,8 +275,8 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
             s = r[name]
             d = s["decisions"]
             rows.append([f"{label} / {name}", d["MERGE"], d["SUPERSEDE"], d["KEEPBOTH"], s["superseded"],
-                         f"{s['newer_above']} [{s['newer_above_ci95'][0]}, {s['newer_above_ci95'][1]}]"]
-                        + [s[f"ku_recall@{k}"] for k in ks] + [s[f"all_recall@{k}"] for k in ks])  # fmt: skip
+                         _ci(s, "newer_above")]
+                        + [_ci(s, f"ku_recall@{k}") for k in ks] + [_ci(s, f"all_recall@{k}") for k in ks])  # fmt: skip
     L += md_table(["bank / decider", "MERGE", "SUPERSEDE", "KEEPBOTH", "records superseded", "KU: newer ranks above"]
                   + [f"KU R@{k}" for k in ks] + [f"all R@{k}" for k in ks], rows)  # fmt: skip
     L += ["", "![knowledge-update questions](ku.png)", ""]

@@ -17,6 +17,21 @@ Variants (`variants`): which query the runtime gets and whether the dimension ro
 (seed corpus only). `model` / `model+route`: the query analysis written by the bank's own extractor
 model (the same adapter parses queries), or by `query_url` for banks without a model.
 
+Fusions (`fusions`, memdistill.runtime.retrieval): `rrf`, memdistill's reciprocal-rank fusion with a hand-set
+dimension weight, cut to `budget`; `dimmem_union`, DimMem's Eq. 6 (each route's top_k, content-deduplicated,
+the whole union read, no cut). Every variant runs under every fusion.
+
+Recall modes (`recall_modes`), TiMem Table 3's configurations: `default` (no planner: `budget`), `simple` /
+`hybrid` / `complex` (no planner, that complexity's budget: TiMem's fixed scope), `planned` (the planner
+hook picks the complexity), each optionally `+gate` (the gate hook filters). The budgets are
+memdistill.spec.recall_gate.BUDGETS, memdistill's flat caps (TiMem budgets levels of a hierarchy, Table 7).
+Unset: one mode from `hooks` (planned if the planner is hooked, +gate if the gate is). Hooks come from
+served models (`hooks`, `hooks_url`, `hooks_options`) or from exported encoders run in process
+(`hooks_models: {planner: runs/planner-cpu/model, gate: runs/gate-cpu/model}`).
+
+Every rate (evidence recall@k, hit@k, recall of what is read, judge accuracy) carries a 95% bootstrap
+interval over questions; tokens are counted with the `token_counter` tokenizer, named in the report.
+
 The run directory holds banks/*.jsonl (every record with its pointers), queries/*.jsonl, qa.jsonl,
 per_question.jsonl, results.json, report.md and PNG charts; given as run_dir, a run resumes and redoes
 only what is missing.
@@ -39,10 +54,14 @@ from memdistill.core.config import ConfigError, job_config
 from memdistill.core.report import md_table, print_report, pyplot, save_figure
 from memdistill.data.questions import Question, load_questions
 from memdistill.metrics.recall import RecallScores, TokenCounter
+from memdistill.metrics.stats import bootstrap_ci
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime, hooks_from_models
+from memdistill.runtime.retrieval import FUSIONS, score_gate, types_from_trimem
 from memdistill.spec import qa
 from memdistill.spec.dialogue import WINDOW_PRESETS, interleaved, windows
 from memdistill.spec.query_parse import QueryAnalysis
+from memdistill.spec.recall_gate import BUDGETS
+from memdistill.spec.recall_plan import COMPLEXITIES
 
 VARIANTS = {
     "question": (None, False),
@@ -80,11 +99,14 @@ class E2EConfig:
     top_k: int = 20  # candidates per route (DimMem: 20 on LongMemEval, 15 on LoCoMo)
     rrf_k: int = 60
     dim_weight: float = 2.0
-    budget: int = 10  # memories the answer model reads (the planner's budget replaces it)
+    budget: int = 10  # memories the answer model reads under rrf (a planner's budget replaces it)
+    fusions: list = field(default_factory=lambda: ["rrf"])  # any of rrf, dimmem_union
+    recall_modes: list | None = None  # TiMem Table 3 rows, e.g. [default, simple+gate, planned, planned+gate]
     assistant_context: bool = True  # attach assistant replies when the query asks what the assistant said
     hooks_url: str | None = None  # a MemoryModels endpoint (the LM) for the optional hooks
     hooks_options: dict = field(default_factory=dict)  # more MemoryModels arguments, e.g. encoder endpoint URLs
     hooks: list = field(default_factory=list)  # any of router, planner, gate
+    hooks_models: dict = field(default_factory=dict)  # {router|planner|gate: exported encoder dir}, in process
     gate_complexity: str = "hybrid"  # the gate's complexity when there is no planner
     embedding_model: str = "embedded:minilm"
     token_counter: str = "embedded:smollm2-135m-instruct"
@@ -374,12 +396,16 @@ def answer_and_judge(
 
 
 def qa_summary(rows: list[dict]) -> dict:
+    """Judge accuracy over all questions (an unreadable verdict counts as wrong), with a 95% bootstrap
+    interval over questions."""
+
     def acc(rs):
-        judged = [r for r in rs if r["correct"] is not None]
+        right = [float(bool(r["correct"])) for r in rs]
         return {
             "questions": len(rs),
-            "judged": len(judged),
-            "accuracy": round(sum(r["correct"] for r in judged) / len(rs), 4) if rs else 0.0,
+            "judged": sum(r["correct"] is not None for r in rs),
+            "accuracy": round(sum(right) / len(rs), 4) if rs else 0.0,
+            "accuracy_ci95": bootstrap_ci(lambda idx: sum(right[i] for i in idx) / len(idx), len(right)),
         }
 
     cats = sorted({r["category"] for r in rows})
@@ -392,6 +418,100 @@ def _query_for(q: Question, source: str | None, model_queries: dict | None) -> Q
     if source == "model" and (parsed := model_queries.get(q.question_id, {}).get("query")):
         return QueryAnalysis.model_validate(parsed)
     return None
+
+
+# --- recall modes (TiMem Table 3) --------------------------------------------------------------
+
+SCOPES = ("default", *COMPLEXITIES, "planned")
+
+
+def parse_mode(mode: str) -> tuple[str, bool]:
+    """'planned+gate' -> ('planned', True)."""
+    scope, _, gate = mode.partition("+")
+    if scope not in SCOPES or gate not in ("", "gate"):
+        raise ConfigError(f"recall_modes: {mode!r} is not one of {', '.join(SCOPES)}, optionally followed by +gate")
+    return scope, bool(gate)
+
+
+def recall_modes(cfg: E2EConfig, hooks: dict, skipped: list) -> list[str]:
+    """The modes to run; one whose hook is an encoder not trained yet is skipped and said so."""
+    if cfg.recall_modes is None:
+        return [("planned" if "planner" in hooks else "default") + ("+gate" if "gate" in hooks else "")]
+    out = []
+    for mode in cfg.recall_modes:
+        scope, gate = parse_mode(mode)
+        missing = [h for h, used in (("planner", scope == "planned"), ("gate", gate)) if used and h not in hooks]
+        absent = [h for h in missing if h in cfg.hooks_models]
+        if len(absent) < len(missing):
+            raise ConfigError(f"recall_modes: {mode!r} needs the {' and '.join(missing)} hook (hooks or hooks_models)")
+        if absent:
+            skipped.append(f"recall mode {mode}: no exported {' or '.join(absent)} model at "
+                           + ", ".join(cfg.hooks_models[h] for h in absent))  # fmt: skip
+        else:
+            out.append(mode)
+    if not out:
+        raise ConfigError("recall_modes: none can run (" + "; ".join(skipped) + ")")
+    return out
+
+
+def mode_runtime(rt: MemoryRuntime, hooks: dict, fusion: str, mode: str, budget: int) -> MemoryRuntime:
+    """DimMem's union is read whole; a fixed scope is a planner that always answers that complexity."""
+    scope, gate = parse_mode(mode)
+    planner = hooks.get("planner") if scope == "planned" else (lambda q, c=scope: c) if scope in COMPLEXITIES else None
+    return rt.but(
+        fusion=fusion,
+        budget=budget if fusion == "rrf" else None,
+        planner=planner,
+        gate=hooks.get("gate") if gate else None,
+    )
+
+
+def row_name(variant: str, fusion: str, mode: str) -> str:
+    return ", ".join([variant] + ([fusion] if fusion != "rrf" else []) + ([mode] if mode != "default" else []))
+
+
+def build_hooks(cfg: E2EConfig) -> dict:
+    """router / planner / gate callables: served (hooks + hooks_url / hooks_options) or in process
+    (hooks_models, exported encoders); the planner's answer is remembered per question, since every
+    variant and fusion asks it again."""
+    unknown = set(cfg.hooks_models) - {"router", "planner", "gate"}
+    if unknown:
+        raise ConfigError(f"hooks_models: unknown hooks {sorted(unknown)}; expected router, planner, gate")
+    hooks = {}
+    if cfg.hooks:
+        from memdistill.serve.client import MemoryModels
+
+        mm = MemoryModels(cfg.hooks_url, api_key=_api_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options)
+        hooks = hooks_from_models(mm, cfg.hooks)
+    if cfg.hooks_models:
+        from memdistill.train.encoder import Encoder
+
+        have = {name: path for name, path in cfg.hooks_models.items() if (Path(path) / "config.json").exists()}
+        enc = {name: Encoder(path) for name, path in have.items()}
+        if "router" in enc:
+            hooks["router"] = lambda q: types_from_trimem(enc["router"].classify_types([q])[0])
+        if "planner" in enc:
+            hooks["planner"] = lambda q: enc["planner"].complexity([q])[0]
+        if "gate" in enc:
+            hooks["gate"] = score_gate(enc["gate"].keep_scores)
+    if "planner" in hooks:
+        plan, memo = hooks["planner"], {}
+        hooks["planner"] = lambda q: memo[q] if q in memo else memo.setdefault(q, plan(q))
+    return hooks
+
+
+def with_intervals(scores: RecallScores) -> dict:
+    """RecallScores.summary() plus a 95% bootstrap interval over questions for every rate in it."""
+    out = scores.summary()
+    rates = [f"{m}@{k}" for m in ("recall", "hit") for k in scores.ks] + ["kept_recall", "kept_hit"]
+    groups = {"overall": scores.rows} | {c: [r for r in scores.rows if r["category"] == c] for c in out["by_category"]}
+    for name, rows in groups.items():
+        summ = out["overall"] if name == "overall" else out["by_category"][name]
+        ev = [r for r in rows if r["evidence"]]
+        for rate in rates:
+            vals = [float(r[rate]) for r in ev]
+            summ[f"{rate}_ci95"] = bootstrap_ci(lambda idx, v=vals: sum(v[i] for i in idx) / len(idx), len(vals))
+    return out
 
 
 # --- the job ------------------------------------------------------------------------------------
@@ -413,6 +533,9 @@ def run(cfg: E2EConfig) -> Path:
     judge_mm = Endpoint(cfg.judge, "judge", 512) if cfg.judge else None
     if bool(qa_mm) != bool(judge_mm):
         raise ConfigError("qa and judge go together: set both endpoints, or neither")
+    bad = [f for f in cfg.fusions if f not in FUSIONS]
+    if bad or not cfg.fusions:
+        raise ConfigError(f"fusions: {bad or 'none'}; expected some of {', '.join(FUSIONS)}")
     if cfg.hooks and not (cfg.hooks_url or cfg.hooks_options):
         raise ConfigError("hooks need hooks_url and/or hooks_options (the MemoryModels endpoints that serve them)")
     convs, questions, notes, seed = load_questions(cfg.dataset, cfg.data_path, cfg.split, cfg.include_adversarial)
@@ -438,14 +561,8 @@ def run(cfg: E2EConfig) -> Path:
     from memdistill.core.models import model_path
 
     embed, count = Embedder(model_path(cfg.embedding_model)), TokenCounter(cfg.token_counter)
-    hooks = {}
-    if cfg.hooks:
-        from memdistill.serve.client import MemoryModels
-
-        hooks = hooks_from_models(
-            MemoryModels(cfg.hooks_url, api_key=_api_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options),
-            cfg.hooks,
-        )
+    hooks, skipped = build_hooks(cfg), []
+    modes = recall_modes(cfg, hooks, skipped)
     query_mm = None
     if cfg.query_url:
         from memdistill.serve.client import MemoryModels
@@ -454,7 +571,7 @@ def run(cfg: E2EConfig) -> Path:
 
     wants_model = any(VARIANTS[v][0] == "model" for v in cfg.variants)
     qa_done = {(r["bank"], r["variant"], r["question_id"]): r for r in _jsonl(run_dir / "qa.jsonl")}
-    results, skipped, per_question = {}, [], []
+    results, per_question = {}, []
     for spec, label in zip(cfg.banks, labels):
         kind = bank_kind(spec)
         if kind == "model" and not _model_available(spec):
@@ -469,8 +586,9 @@ def run(cfg: E2EConfig) -> Path:
                 _append(qfile, parse_queries(query_mm, questions, "query_url", cfg.concurrency))
             model_queries = {r["question_id"]: r for r in _jsonl(qfile)}
         rt = MemoryRuntime(
-            bank, embed, cfg.top_k, cfg.rrf_k, cfg.dim_weight, budget=cfg.budget, conversations=convs, **hooks
-        )
+            bank, embed, cfg.top_k, cfg.rrf_k, cfg.dim_weight, budget=cfg.budget, conversations=convs,
+            router=hooks.get("router"),
+        )  # fmt: skip
         results[label] = {"bank": spec, "stats": stats, "variants": {}}
         for variant in cfg.variants:
             source, route = VARIANTS[variant]
@@ -480,38 +598,43 @@ def run(cfg: E2EConfig) -> Path:
             if source == "model" and model_queries is None:
                 skipped.append(f"{label} / {variant}: no query parser for this bank (set query_url)")
                 continue
-            scores, items = RecallScores(cfg.ks), []
             embed(
                 [x.query_anchor if (x := _query_for(q, source, model_queries)) else q.question for q in questions]
             )  # one batch fills the embedding cache
-            for q in tqdm(questions, desc=f"recall {label} / {variant}", unit="q", leave=False):
-                query = _query_for(q, source, model_queries)
-                rec = rt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
-                replies = cfg.assistant_context and bool(query and query.need_assistant_context)
-                context = rt.context(rec.kept, replies)
-                # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
-                tokens_at = {k: count(rt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
-                row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
-                per_question.append(
-                    {
-                        "bank": label,
-                        "variant": variant,
-                        **row,
-                        "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
-                        "evidence_turns": q.evidence,
-                        "complexity": rec.complexity,
-                        "budget": rec.budget,
-                        "notes": rec.notes,
-                    }
-                )
-                if qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
-                    items.append((label, variant, q, context))
-            results[label]["variants"][variant] = {"recall": scores.summary()}
-            if items:
-                answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
-                results[label]["variants"][variant]["qa"] = qa_summary(
-                    [qa_done[(label, variant, q.question_id)] for _, _, q, _ in items]
-                )
+            for fusion in cfg.fusions:
+                for mode in modes:
+                    name, mrt = row_name(variant, fusion, mode), mode_runtime(rt, hooks, fusion, mode, cfg.budget)
+                    scores, items = RecallScores(cfg.ks), []
+                    for q in tqdm(questions, desc=f"recall {label} / {name}", unit="q", leave=False):
+                        query = _query_for(q, source, model_queries)
+                        rec = mrt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
+                        replies = cfg.assistant_context and bool(query and query.need_assistant_context)
+                        context = mrt.context(rec.kept, replies)
+                        # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
+                        tokens_at = {k: count(mrt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
+                        row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
+                        per_question.append(
+                            {
+                                "bank": label,
+                                "variant": name,
+                                "query": variant,
+                                "fusion": fusion,
+                                "recall_mode": mode,
+                                **row,
+                                "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
+                                "evidence_turns": q.evidence,
+                                "complexity": rec.complexity,
+                                "budget": rec.budget,
+                                "notes": rec.notes,
+                            }
+                        )
+                        if qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
+                            items.append((label, name, q, context))
+                    entry = {"query": variant, "fusion": fusion, "recall_mode": mode, "recall": with_intervals(scores)}
+                    results[label]["variants"][name] = entry
+                    if items:
+                        answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
+                        entry["qa"] = qa_summary([qa_done[(label, name, q.question_id)] for _, _, q, _ in items])
 
     meta = {
         "dataset": cfg.dataset,
@@ -524,8 +647,11 @@ def run(cfg: E2EConfig) -> Path:
         "top_k": cfg.top_k,
         "rrf_k": cfg.rrf_k,
         "dim_weight": cfg.dim_weight,
-        "token_counter": cfg.token_counter,
-        "hooks": cfg.hooks,
+        "token_counter": count.name,
+        "hooks": sorted(hooks),
+        "fusions": cfg.fusions,
+        "recall_modes": modes,
+        "plan_budgets": BUDGETS,
         "assistant_context": cfg.assistant_context,
         "skipped": skipped,
         "data_notes": notes,
@@ -541,20 +667,42 @@ def run(cfg: E2EConfig) -> Path:
 # --- report -------------------------------------------------------------------------------------
 
 
+def _ci(summ: dict, key: str) -> str:
+    """A rate with its interval, e.g. '0.62 [0.48, 0.75]'."""
+    lo, hi = summ[f"{key}_ci95"]
+    return f"{summ[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+
+
+FUSION_TEXT = {
+    "rrf": "rrf: memdistill's reciprocal-rank fusion (rrf_k={rrf_k}; the dimension route enters by value with "
+    "the hand-set weight {dim_weight}), deduplicated by content, the answer model reads the top {budget}",
+    "dimmem_union": "dimmem_union: DimMem's Eq. 6, the union of each route's top {top_k}, duplicate contents "
+    "removed (order: dimension route, dense, BM25, as DimMem's released QA script), read whole",
+}
+
+
+def _scope(mode: str, budgets: dict) -> tuple[str, str]:
+    scope, gate = parse_mode(mode)
+    planner = {"default": "no", "planned": "yes"}.get(scope, f"no (fixed {scope}, budget {budgets.get(scope)})")
+    return planner, "yes" if gate else "no"
+
+
 def write_report(out: Path, meta: dict, results: dict) -> None:
     plt = pyplot()
     ks = meta["ks"]
+    tok = f"tokens/query ({meta['token_counter']} tokenizer)"
     where = meta["data_path"] + (f" ({meta['split']} split)" if meta["dataset"] == "seed" else "")
     lines = [
         f"# End-to-end memory evaluation: {meta['dataset']} {where}",
         "",
         f"{meta['questions']} questions over {meta['conversations']} conversations. Runtime: BM25 + dense "
-        f"MiniLM (+ dimension route), {meta['top_k']} candidates per route, reciprocal-rank fusion "
-        f"(rrf_k={meta['rrf_k']}, dimension weight {meta['dim_weight']}); the answer model reads the top "
-        f"{meta['budget']}" + (f" (hooks: {', '.join(meta['hooks'])})" if meta["hooks"] else "") + ".",
+        f"MiniLM (+ dimension route), {meta['top_k']} candidates per route, fused by "
+        + "; ".join(FUSION_TEXT[f].format(**meta) for f in meta["fusions"])
+        + (f". Hooks: {', '.join(meta['hooks'])}" if meta["hooks"] else "")
+        + ".",
         "Evidence recall@k: share of a question's evidence turns that are the source turn of one of the top-k "
-        "records; hit@k: at least one is. Tokens: the rendered memory context, counted with the "
-        f"{meta['token_counter']} tokenizer"
+        "records; hit@k: at least one is. Brackets: 95% bootstrap intervals over questions. Tokens: the "
+        f"rendered memory context, counted with the {meta['token_counter']} tokenizer"
         + (
             "; with a parsed query that asks what the assistant said, each memory carries the assistant reply "
             "its source turn led to (DimMem's assistant-context recall), which the count includes."
@@ -597,31 +745,57 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     lines += ["", "## Evidence recall and tokens per query", ""]
     rows = []
     for label, r in results.items():
-        for variant, v in r["variants"].items():
+        for v in r["variants"].values():
             o = v["recall"]["overall"]
             rows.append(
-                [label, variant]
-                + [o[f"recall@{k}"] for k in ks]
-                + [o[f"hit@{k}"] for k in ks]
-                + [o["kept_recall"], o["kept_per_query"], o["tokens_per_query"]]
+                [label, v["query"], v["fusion"], v["recall_mode"]]
+                + [_ci(o, f"recall@{k}") for k in ks]
+                + [_ci(o, f"hit@{k}") for k in ks]
+                + [_ci(o, "kept_recall"), o["kept_per_query"], o["tokens_per_query"]]
             )
     lines += md_table(
-        ["bank", "variant"]
+        ["bank", "query", "fusion", "recall mode"]
         + [f"R@{k}" for k in ks]
         + [f"hit@{k}" for k in ks]
-        + ["recall (read)", "memories read", "tokens/query"],
+        + ["recall (read)", "memories read", tok],
         rows,
     )
     lines += [
         "",
-        "Recalled tokens per query at k: "
+        f"Recalled {tok} at k: "
         + "; ".join(
-            f"{label} / {variant}: " + ", ".join(f"@{k} {v['recall']['overall'][f'tokens@{k}']}" for k in ks)
+            f"{label} / {name}: " + ", ".join(f"@{k} {v['recall']['overall'][f'tokens@{k}']}" for k in ks)
             for label, r in results.items()
-            for variant, v in r["variants"].items()
+            for name, v in r["variants"].items()
         ),
         "",
     ]
+    lines += [
+        "## Accuracy-cost trade-off (TiMem Table 3 layout)",
+        "",
+        "TiMem Table 3 sets LLM-judge accuracy against recalled memory tokens per query, with and without the "
+        "recall planner and the recall gate; evidence recall of the memories read stands beside the judge "
+        "(and in for it when no judge is configured). A fixed scope reads that complexity's budget with no "
+        f"planner. Budgets {meta['plan_budgets']} are memdistill's flat caps, not TiMem's: TiMem's planner sets "
+        "per-level budgets over its memory tree (Table 7: simple L1:20, L2:4, L5:1; hybrid L1:20, L2:4, L3:2, "
+        "L5:1; complex L1:20, L2:8, L3:4, L4:2, L5:1) and its gate caps nothing.",
+        "",
+    ]
+    rows = []
+    for label, r in results.items():
+        for v in r["variants"].values():
+            o = v["recall"]["overall"]
+            qa_cell = _ci(v["qa"]["overall"], "accuracy") if "qa" in v else "-"
+            rows.append(
+                [label, v["query"], v["fusion"], *_scope(v["recall_mode"], meta["plan_budgets"])]
+                + [qa_cell, _ci(o, "kept_recall"), _ci(o, "kept_hit"), o["kept_per_query"], o["tokens_per_query"]]
+            )
+    lines += md_table(
+        ["bank", "query", "fusion", "planner", "gate", "LLM-judge acc.", "evidence recall (read)", "hit (read)"]
+        + ["memories read", tok],
+        rows,
+    )
+    lines += [""]
     kmid = meta["budget"] if meta["budget"] in ks else ks[min(len(ks) - 1, len(ks) // 2)]
     lines += [f"## Evidence recall@{kmid} per category", ""]
     for label, r in results.items():
@@ -641,7 +815,10 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
                         if c in v["recall"]["by_category"]
                     ),
                 ]
-                + [v["recall"]["by_category"].get(c, {}).get(f"recall@{kmid}", "-") for v in vs.values()]
+                + [
+                    _ci(v["recall"]["by_category"][c], f"recall@{kmid}") if c in v["recall"]["by_category"] else "-"
+                    for v in vs.values()
+                ]
                 for c in cats
             ],
         )
@@ -655,14 +832,15 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
             "## LLM-judge accuracy",
             "",
             f"Answer model {meta['qa']}, judge {meta['judge']} (prompts: memdistill.spec.qa). "
-            "Accuracy over all questions (an unreadable verdict counts as wrong).",
+            "Accuracy over all questions (an unreadable verdict counts as wrong); brackets: 95% bootstrap "
+            "intervals over questions.",
             "",
         ]
         lines += md_table(
             ["bank", "variant", "overall"] + cats,
             [
-                [label, variant, q["overall"]["accuracy"]]
-                + [q["by_category"].get(c, {}).get("accuracy", "-") for c in cats]
+                [label, variant, _ci(q["overall"], "accuracy")]
+                + [_ci(q["by_category"][c], "accuracy") if c in q["by_category"] else "-" for c in cats]
                 for label, variant, q in judged
             ],
         )
@@ -700,7 +878,7 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     ax.bar(range(len(bars)), [o["tokens_per_query"] for _, o, _ in bars], color=[f"C{b}" for _, _, b in bars])
     ax.set_xticks(range(len(bars)))
     ax.set_xticklabels([n for n, _, _ in bars], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(f"recalled tokens per query (top {meta['budget']})")
+    ax.set_ylabel(f"recalled tokens per query\n({meta['token_counter']} tokenizer)")
     for i, (_, o, _) in enumerate(bars):
         ax.annotate(f"R {o['kept_recall']:.2f}", (i, o["tokens_per_query"]), ha="center", va="bottom", fontsize=7)
     ax.set_title("memory tokens the answer model reads, with the evidence recall they buy")

@@ -1,7 +1,8 @@
-"""Retrieval over a memory bank in the DimMem manner: tri-path retrieval, the dimension route, optional
-type routing, recall planning and gating, and assistant-reply recall.
+"""Retrieval over a memory bank after DimMem's tri-path retrieval: BM25, dense and a dimension route, fused
+either by memdistill's reciprocal-rank fusion or by DimMem's own union; optional type routing, recall
+planning and gating (TiMem), and assistant-reply recall.
 
-Retrieval, per conversation (DimMem section 3.3, Eq. 6-7):
+Routes, per conversation (DimMem section 3.3, Eq. 6-7):
 - lexical: BM25 (bm25s, English stop words, no stemming) over the content plus the textual dimensions
   (location, reason, purpose, keywords); the query is the parsed query's anchor and keywords, or the
   plain question.
@@ -11,21 +12,30 @@ Retrieval, per conversation (DimMem section 3.3, Eq. 6-7):
   time_range, against the record's time, or the source message date when the record has none),
   location, keyword phrases and keyword tokens. Weights 1.5 / 3 / 2 / 1.5 / 1.5, the proportions of the
   DimMem case study (Table 8: 0.158 / 0.316 / 0.211 / 0.158 / 0.158).
-Each route contributes its top `top_k` candidates (BM25 and dimension candidates only with a score
-above zero); the union is ranked by fused score and deduplicated by content, like DimMem's
-Dedup(R_bm25 U R_dim U R_dense).
+Each route contributes its top `top_k` candidates (BM25 and dimension candidates only with a score above
+zero; DimMem Table 11: 20 per route on LongMemEval-S, 15 on LoCoMo).
 
-Fusion. BM25 scores and cosines live on unrelated scales, so they enter by rank: reciprocal-rank
-fusion, 1 / (rrf_k + rank) per route, rrf_k = 60 (Cormack et al., 2009). The dimension score is
-already a calibrated agreement in [0, 1], so it enters by value: dim_weight * s_dim / (rrf_k + 1), i.e.
-a record that meets every constraint gains what ranking first in `dim_weight` routes would give. A
-third plain RRF vote could never overturn BM25 and dense agreeing on a record that breaks the query's
-time or type constraint, which is the case the route exists for.
+Fusion (`fusion`):
+- "dimmem_union": DimMem's Eq. 6, R(q) = Dedup(R_bm25 U R_dim U R_dense): every route's top-k, duplicate
+  contents removed (case and whitespace folded), the first copy kept. Eq. 6 is a set and states no order;
+  the order here is that of DimMem's released QA script (run_qa_from_three_retrievals.py), which
+  concatenates the dimension route, then dense, then BM25. DimMem hands the whole union to the answer
+  model, so memdistill.eval.e2e runs it with budget=None (no cut).
+- "rrf": memdistill's own fusion, not DimMem's. BM25 scores and cosines live on unrelated scales, so they
+  enter by rank: reciprocal-rank fusion, 1 / (rrf_k + rank) per route, rrf_k = 60 (Cormack et al., 2009).
+  The dimension score is already an agreement in [0, 1], so it enters by value with a hand-set weight:
+  dim_weight * s_dim / (rrf_k + 1), i.e. a record that meets every constraint gains what ranking first in
+  `dim_weight` routes would give (a third plain RRF vote could never overturn BM25 and dense agreeing on
+  a record that breaks the query's time or type constraint, the case the route exists for). The fused
+  ranking is deduplicated by content like the union and cut to `budget`.
 
 Hooks (plain callables, all optional):
 - router(question) -> DimMem types; fills target types when the parsed query has none.
-- planner(question) -> "simple" | "hybrid" | "complex"; picks the recall budget (plan_budgets).
+- planner(question) -> "simple" | "hybrid" | "complex"; picks the budget from `plan_budgets`
+  (default memdistill.spec.recall_gate.BUDGETS, flat caps that are memdistill's choice: TiMem's planner
+  sets per-level budgets of a memory hierarchy instead, Table 7, which a flat bank has no levels for).
 - gate(question, complexity, candidate texts) -> kept 1-based ids among the budgeted candidates.
+A planner that always answers one complexity is TiMem's fixed-scope setting (Table 3, "w/o Planner").
 Consolidated banks (memdistill.runtime.consolidate): current records rank before superseded or merged
 ones (`history="after"`), or the latter are dropped (`"drop"`) or ranked by score alone (`"mixed"`).
 `hooks_from_models` builds them from a MemoryModels endpoint (classify_types, plan, gate); `score_gate` turns a
@@ -34,6 +44,7 @@ candidate scorer into a gate through memdistill.spec.recall_gate.select.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,6 +61,8 @@ from memdistill.spec.recall_gate import BUDGETS, select
 # Where records that consolidation marked superseded or merged go in a ranking: after every current one,
 # nowhere, or wherever their score puts them (as if the bank were not consolidated).
 HISTORY = ("after", "drop", "mixed")
+FUSIONS = ("rrf", "dimmem_union")
+UNION_ORDER = ("dim", "dense", "bm25")  # DimMem's released QA script concatenates the routes in this order
 DIM_WEIGHTS = {"type": 1.5, "time": 3.0, "location": 2.0, "keyword_phrase": 1.5, "keyword_tokens": 1.5}
 TRIMEM_TO_DIMMEM = {"EM": ("episodic",), "PM": ("profile", "fact"), "GM": ("fact",)}
 _WORD = re.compile(r"[a-z0-9]+")
@@ -151,13 +164,14 @@ class MemoryRuntime:
         rrf_k: int = 60,
         dim_weight: float = 2.0,
         weights: dict | None = None,
-        budget: int = 10,
+        budget: int | None = 10,
         plan_budgets: dict | None = None,
         router: Callable | None = None,
         planner: Callable | None = None,
         gate: Callable | None = None,
         conversations: dict[str, Conversation] | None = None,
         history: str = "after",
+        fusion: str = "rrf",
     ):
         if embed is None:
             embed = Embedder()
@@ -170,7 +184,21 @@ class MemoryRuntime:
         if history not in HISTORY:
             raise ValueError(f"history={history!r}: expected one of {HISTORY}")
         self.history = history
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion={fusion!r}: expected one of {FUSIONS}")
+        self.fusion = fusion
         self._index: dict[str, _ConvIndex] = {}
+
+    def but(self, **changes) -> MemoryRuntime:
+        """A copy with other settings (hooks, fusion, budget) that shares this one's indexes."""
+        new = copy.copy(self)
+        for key, value in changes.items():
+            if key not in vars(self) or key.startswith("_"):
+                raise TypeError(f"MemoryRuntime has no setting {key!r}")
+            setattr(new, key, value)
+        if new.fusion not in FUSIONS:
+            raise ValueError(f"fusion={new.fusion!r}: expected one of {FUSIONS}")
+        return new
 
     def index(self, conversation_id: str) -> _ConvIndex:
         idx = self._index.get(conversation_id)
@@ -205,22 +233,27 @@ class MemoryRuntime:
                 ds = np.array([d or 0.0 for d in dim])
                 routes["dim"] = [i for i in order(ds) if ds[i] > 0][: self.top_k]
         fused: dict[int, Hit] = {}
-        for name, ranked in routes.items():
-            for r, i in enumerate(ranked, 1):
+        union = self.fusion == "dimmem_union"
+        for name in [r for r in UNION_ORDER if r in routes] if union else list(routes):
+            for r, i in enumerate(routes[name], 1):
                 hit = fused.setdefault(i, Hit(idx.items[i], 0.0, dim_score=dim[i]))
                 hit.ranks[name] = r
-                if name != "dim":
+                if not union and name != "dim":
                     hit.score += 1.0 / (self.rrf_k + r)
-        for i, hit in fused.items():
-            if dim[i]:
-                hit.score += self.dim_weight * dim[i] / (self.rrf_k + 1)
+        if union:  # the concatenation order, as a score that falls with position
+            for p, hit in enumerate(fused.values(), 1):
+                hit.score = 1.0 / p
+        else:
+            for i, hit in fused.items():
+                if dim[i]:
+                    hit.score += self.dim_weight * dim[i] / (self.rrf_k + 1)
         # Consolidated banks: current records first, then (history="after") what they superseded or merged.
         first = (lambda h: not h.item.current) if self.history != "mixed" else (lambda h: False)
-        ranked = sorted(fused.items(), key=lambda x: (first(x[1]), -x[1].score, -cos[x[0]], x[0]))
+        ranked = sorted(fused.items(), key=lambda x: (first(x[1]), -x[1].score, 0.0 if union else -cos[x[0]], x[0]))
         if self.history == "drop":
             ranked = [x for x in ranked if x[1].item.current]
         seen, out = set(), []
-        for _, hit in ranked:  # Dedup: an extractor may write the same sentence twice
+        for _, hit in ranked:  # Dedup by content (DimMem Eq. 6); an extractor may write the same sentence twice
             key = _fold(hit.item.content)
             if key not in seen:
                 seen.add(key)
@@ -235,12 +268,13 @@ class MemoryRuntime:
         route: bool = True,
         gate_complexity: str = "hybrid",
     ) -> Recall:
-        """Rank, then keep what the answer model reads: the planner sets the budget, the gate filters."""
+        """Rank, then keep what the answer model reads: the planner sets the budget (else `budget`; None
+        keeps the whole ranking, as DimMem reads its whole union), the gate filters."""
         notes, types = [], []
         if route and self.router is not None and not (query and query.dimension.target_memory_type):
             types = list(self.router(question) or [])
         hits = self.rank(question, conversation_id, query, route, types)
-        complexity, budget = None, self.budget
+        complexity, budget = None, len(hits) if self.budget is None else self.budget
         if self.planner is not None:
             complexity = self.planner(question)
             if complexity in self.plan_budgets:

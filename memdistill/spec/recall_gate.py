@@ -2,6 +2,7 @@
 
 The compact gate is a cross-encoder scoring (question with its complexity, one candidate) pairs;
 `select` turns scores into kept ids under per-complexity budgets. An LM answers through the prompts.
+The flat budgets (BUDGETS) are memdistill's choice, not TiMem's: see the note on BUDGETS.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from pydantic import BaseModel, ConfigDict
 from memdistill.spec.jsonout import Problem, load_json
 from memdistill.spec.recall_plan import COMPLEXITIES
 
-# Most memories the gate may keep. TiMem's gating prompt aims simple queries at 3-8 memories and
-# its recall budget is 20 leaf memories (Table 7); hybrid sits between the two.
+# Most memories the gate may keep, and the planner's recall budget in memdistill.runtime: memdistill's own
+# flat caps, since its bank has no hierarchy. TiMem caps no gate output; its planner sets per-level budgets
+# of hierarchical recall over the memory tree (Table 7: simple L1:20, L2:4, L5:1; hybrid L1:20, L2:4,
+# L3:2, L5:1; complex L1:20, L2:8, L3:4, L4:2, L5:1), and its gate then keeps what it judges useful.
+# Where the numbers come from: the top of TiMem's simple-query gating prompt ("3-8 memories", E.3.6)
+# for simple, its 20 leaf memories (L1:20) for complex, hybrid between the two.
 BUDGETS = {"simple": 8, "hybrid": 12, "complex": 20}
 # Per-complexity policy: simple queries favour precision, complex ones recall (TiMem 3.3.3).
 THRESHOLD_SHIFT = {"simple": 0.1, "hybrid": 0.0, "complex": -0.1}
