@@ -432,3 +432,72 @@ def test_hf_loader_malformed(tmp_path):
     bad.write_text('{"messages": [')
     with pytest.raises(SourceError, match="broken.json: cannot load as a Hugging Face dataset"):
         load("hf", bad)
+
+
+def test_a_teacher_that_never_answers_stops_the_command_with_exit_1(tmp_path, monkeypatch, capsys):
+    """The fake-teacher config pointed at a port where nothing listens: before issue 15 this wrote gold-only
+    training sets and exited 0 ("labels extraction: 0 ok, 1178 rejected of 1178")."""
+    import socket
+
+    from memdistill.cli import main
+
+    monkeypatch.setenv("FAKE_TEACHER_KEY", KEY)
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    p = tmp_path / "teacher.yaml"
+    p.write_text(yaml.safe_dump(_cfg_dict(tmp_path, url)))
+    assert main(["data", "--config", str(p)]) == 1
+    err = capsys.readouterr().err
+    n_items = len(_extraction_messages(load_config(DataConfig, p)))
+    assert (
+        f"teacher job extraction: 0 of {n_items} items labelled ok (0%), below min_ok_share 0.5; endpoint {url}" in err
+    )
+    assert "requests whose retries ran out: transport_connection " in err and "Connect" in err
+    assert f"stopped after the first {label.NO_ANSWER_STOP} items of this run got no answer" in err
+    rows = _labels(tmp_path / "out", "extraction")
+    assert label.NO_ANSWER_STOP <= len(rows) < n_items  # the job stopped early; what it did is on disk
+    assert {tuple(r["reasons"]) for r in rows} == {("transport_connection",)}
+    assert f"retry_transport=true asks again for the {len(rows)} items whose retries ran out" in err
+    assert not (tmp_path / "out" / "extractor").exists()  # no gold-only training sets passed off as a build
+
+
+def test_a_job_below_min_ok_share_stops_keeps_its_labels_and_a_rerun_asks_only_for_the_failed(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_TEACHER_KEY", KEY)
+    src = [
+        {"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed", "max_conversations": 3}
+    ]
+    with FakeOpenAI(api_key=KEY) as fake:
+        cfg = _cfg(tmp_path, fake.url, jobs=["extraction"], tasks=["extractor"], sources=src)
+        msgs = _extraction_messages(cfg)
+        # two items in three fail on every retry (33% ok < 0.5), spread out so answers keep coming: not a dead endpoint
+        failing = [i for k, i in enumerate(sorted(msgs)) if k % 3]
+        for item_id in failing:
+            fake.add_fault("500", content=msgs[item_id], times=None)
+        with pytest.raises(label.TeacherShortfall) as e:
+            build(cfg)
+        ok = len(msgs) - len(failing)
+        assert f"teacher job extraction: {ok} of {len(msgs)} items labelled ok" in str(e.value)
+        assert f"endpoint {fake.url}" in str(e.value)
+        assert f"transport_http_500 {len(failing)}" in str(e.value)
+        out = Path(cfg.output_dir)
+        rows = {r["item_id"]: r for r in _labels(out, "extraction")}
+        assert {i for i, r in rows.items() if r["status"] == "ok"} == set(msgs) - set(failing)  # the labels it got
+        assert not (out / "extractor").exists()
+
+        # a plain rerun asks nothing again (every item has its line) and still refuses to build
+        sent = fake.requests
+        with pytest.raises(label.TeacherShortfall):
+            build(cfg)
+        assert fake.requests == sent
+
+        # the teacher is healthy again: retry_transport asks for the failed items and nothing else (a slow reply
+        # on a loaded machine may be asked twice: the set is the claim)
+        fake.clear_faults()
+        stats = build(
+            _cfg(tmp_path, fake.url, jobs=["extraction"], tasks=["extractor"], sources=src, retry_transport=True)
+        )
+        asked = [e["hash"] for e in fake.log[sent:]]
+        assert set(asked) == {content_hash(msgs[i]) for i in failing}
+    assert stats["labelling"]["jobs"]["extraction"]["ok"] == len(msgs)
+    assert (out / "extractor" / "train.jsonl").exists()

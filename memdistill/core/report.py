@@ -3,6 +3,7 @@ the pieces of a model card. One copy each, so all reports read alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -93,6 +94,29 @@ def card_metrics(title: str | None, figures: dict) -> list[str]:
     """A metric / value table of (nested) figures, under a `## title` heading when one is given."""
     table = md_table(["metric", "value"], [[k, v] for k, v in flat(figures).items()])
     return (["", f"## {title}", ""] if title else []) + table
+
+
+def dataset_overlap(train_file) -> dict | None:
+    """The evaluated-set overlap that the teacher build which wrote `train_file` (<output_dir>/<task>/train.jsonl)
+    was allowed to keep (memdistill.data.hygiene), from its stats.json; None when it kept none. Training jobs
+    put it into memdistill.json, so every card of a model trained on such data says so."""
+    p = Path(train_file).parent.parent / "stats.json"
+    o = (json.loads(p.read_text()).get("eval_overlap") or {}) if p.is_file() else {}
+    return {"allowed": o["allowed"], "overlaps": o["summary"], "dataset": str(p.parent)} if o.get("overlaps") else None
+
+
+def card_overlap(meta: dict) -> list[str]:
+    o = meta.get("eval_overlap")
+    if not o:
+        return []
+    return [
+        "",
+        "## Benchmark overlap",
+        "",
+        f"Trained on data (`{o['dataset']}`) that overlaps evaluated sets, allowed by "
+        f'its data config: "{o["allowed"]}". Figures on these sets are not held-out figures:',
+        "",
+    ] + [f"- {line}" for line in o["overlaps"]]
 
 
 def card_training(config: dict, summary: dict | None) -> list[str]:

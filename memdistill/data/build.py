@@ -16,6 +16,11 @@ a test conversation reaches a training file. Load any of them with
 
 With a `teacher` configured (configs/data/teacher_*.yaml) the same files are built from teacher
 labels (memdistill.data.label runs the labelling jobs first; a rerun pays only for what is missing):
+- no source may share a conversation or question with a set an eval config evaluates on, nor be in a
+  benchmark's format (memdistill.data.hygiene); `allow_eval_overlap: "<reason>"` overrides, and the
+  reason and the overlaps go into the card (and the trained models' cards);
+- a labelling job with fewer ok labels than `min_ok_share` of its items stops the build (exit 1),
+  naming the endpoint and the reject counts; its labels are kept and a rerun resumes;
 - rows have the same formats, plus `source`, `label_source` ("teacher" or "gold") and `teacher`;
 - split by conversation: conversations of the seed corpus keep their gold split, every other
   conversation goes to dev when sha256(source|conversation id) falls under `dev_fraction`, else train;
@@ -42,12 +47,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memdistill.core.config import job_config
 from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
-from memdistill.core.config import job_config
-from memdistill.spec import (SCHEMA_VERSION, TASKS, consolidation, extraction, memory_type, query_parse, recall_gate,
-                             recall_plan)
+from memdistill.spec import (
+    SCHEMA_VERSION,
+    TASKS,
+    consolidation,
+    extraction,
+    memory_type,
+    query_parse,
+    recall_gate,
+    recall_plan,
+)
 from memdistill.spec.dialogue import WINDOW_PRESETS, Window, windows
 from memdistill.spec.render import sft_row
 
@@ -71,7 +84,9 @@ class DataConfig:
     # they teach the model to answer an empty list, but each costs a whole prompt for a 6-token answer.
     keep_empty_windows: float = 1.0
     # --- teacher labelling (memdistill.data.label); with teacher null the gold corpus alone is used ---
-    teacher: dict | None = None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
+    teacher: dict | None = (
+        None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
+    )
     sources: list = field(default_factory=list)  # [{format, path, name?, style?, max_conversations?}]
     jobs: list = field(default_factory=lambda: list(TASKS))
     label_dir: str | None = None  # labels.jsonl / rejects.jsonl per job; default <output_dir>/labels
@@ -84,6 +99,12 @@ class DataConfig:
         default_factory=lambda: {"jaccard_min": 0.0, "cosine_min": 0.5, "keywords_then_cosine": False}
     )
     retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
+    # a job with fewer ok labels than this share of its items stops the build (exit 1; a rerun resumes)
+    min_ok_share: float = 0.5
+    # where the eval configs live whose data a teacher build may not train on (memdistill.data.hygiene)
+    eval_configs: str = "configs/eval"
+    # a sentence saying why this build may overlap an evaluated set anyway; written into every card
+    allow_eval_overlap: str | None = None
     max_items: dict = field(default_factory=dict)  # job -> at most this many items (chosen by hash, spread out)
     include_seed: bool = True  # add the gold corpus's train/dev rows to the teacher rows
     dev_fraction: float = 0.05
@@ -114,15 +135,36 @@ def extractor_rows(
                 recs = seed.gold_records(w)
                 if not recs and int(key, 16) / 16 ** len(key) >= keep_empty:
                     continue
-                rows.append(sft_row(msgs, extraction.render_completion(recs, compact), task="extraction", source="seed",
-                                    conversation_id=cid, window_index=w.window_index, window=[size, overlap], style=conv.style,
-                                    n_records=len(recs), schema_version=SCHEMA_VERSION, row_id=key))
+                rows.append(
+                    sft_row(
+                        msgs,
+                        extraction.render_completion(recs, compact),
+                        task="extraction",
+                        source="seed",
+                        conversation_id=cid,
+                        window_index=w.window_index,
+                        window=[size, overlap],
+                        style=conv.style,
+                        n_records=len(recs),
+                        schema_version=SCHEMA_VERSION,
+                        row_id=key,
+                    )
+                )
     for q in seed.rows("questions", split):
         msgs = query_parse.chat_messages(q["question"], q["question_date"], "student")
         qa = query_parse.QueryAnalysis.model_validate(q["query"])
-        rows.append(sft_row(msgs, query_parse.render_completion(qa), task="query_parse", source="seed",
-                            conversation_id=q["conversation_id"], question_id=q["question_id"],
-                            schema_version=SCHEMA_VERSION, row_id=_hash(msgs)))
+        rows.append(
+            sft_row(
+                msgs,
+                query_parse.render_completion(qa),
+                task="query_parse",
+                source="seed",
+                conversation_id=q["conversation_id"],
+                question_id=q["question_id"],
+                schema_version=SCHEMA_VERSION,
+                row_id=_hash(msgs),
+            )
+        )
     return rows
 
 
@@ -133,17 +175,32 @@ def router_rows(seed: seedlib.Seed, split: str) -> list[dict]:
         if text.lower() in seen:
             continue
         seen.add(text.lower())
-        out.append({"text": text, "labels": [lab for lab in memory_type.LABELS if lab in s["labels"]],
-                    "label_vector": memory_type.to_vector(s["labels"]), "snippet_id": s["snippet_id"],
-                    "conversation_id": s.get("conversation_id"), "schema_version": SCHEMA_VERSION})
+        out.append(
+            {
+                "text": text,
+                "labels": [lab for lab in memory_type.LABELS if lab in s["labels"]],
+                "label_vector": memory_type.to_vector(s["labels"]),
+                "snippet_id": s["snippet_id"],
+                "conversation_id": s.get("conversation_id"),
+                "schema_version": SCHEMA_VERSION,
+            }
+        )
     return out
 
 
 def planner_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    return [{"text": " ".join(q["question"].split()), "label": q["plan"]["complexity"],
-             "label_id": recall_plan.COMPLEXITIES.index(q["plan"]["complexity"]), "keywords": q["plan"]["keywords"],
-             "question_id": q["question_id"], "conversation_id": q["conversation_id"], "schema_version": SCHEMA_VERSION}
-            for q in seed.rows("questions", split)]
+    return [
+        {
+            "text": " ".join(q["question"].split()),
+            "label": q["plan"]["complexity"],
+            "label_id": recall_plan.COMPLEXITIES.index(q["plan"]["complexity"]),
+            "keywords": q["plan"]["keywords"],
+            "question_id": q["question_id"],
+            "conversation_id": q["conversation_id"],
+            "schema_version": SCHEMA_VERSION,
+        }
+        for q in seed.rows("questions", split)
+    ]
 
 
 def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
@@ -151,10 +208,18 @@ def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     for g in seed.rows("gate", split):
         kept = set(g["kept_ids"])
         for c in g["candidates"]:
-            out.append({"query": recall_gate.pair_query(g["question"], g["complexity"]), "text": c["content"],
-                        "label": 1.0 if c["id"] in kept else 0.0, "gate_id": g["gate_id"], "candidate_id": c["id"],
-                        "complexity": g["complexity"], "conversation_id": g["conversation_id"],
-                        "schema_version": SCHEMA_VERSION})
+            out.append(
+                {
+                    "query": recall_gate.pair_query(g["question"], g["complexity"]),
+                    "text": c["content"],
+                    "label": 1.0 if c["id"] in kept else 0.0,
+                    "gate_id": g["gate_id"],
+                    "candidate_id": c["id"],
+                    "complexity": g["complexity"],
+                    "conversation_id": g["conversation_id"],
+                    "schema_version": SCHEMA_VERSION,
+                }
+            )
     return out
 
 
@@ -163,27 +228,49 @@ def consolidator_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     for p in seed.rows("pairs", split):
         new, _ = seed.stored(p["conversation_id"], p["new"])
         old, _ = seed.stored(p["conversation_id"], p["existing"])
-        out.append({"text": consolidation.encoder_text(new, old), "label": p["action"],
-                    "label_id": consolidation.ACTIONS.index(p["action"]), "merged": p.get("merged"),
-                    "new": new.to_json(), "existing": old.to_json(), "pair_id": p["pair_id"], "origin": p["origin"],
-                    "conversation_id": p["conversation_id"], "schema_version": SCHEMA_VERSION})
+        out.append(
+            {
+                "text": consolidation.encoder_text(new, old),
+                "label": p["action"],
+                "label_id": consolidation.ACTIONS.index(p["action"]),
+                "merged": p.get("merged"),
+                "new": new.to_json(),
+                "existing": old.to_json(),
+                "pair_id": p["pair_id"],
+                "origin": p["origin"],
+                "conversation_id": p["conversation_id"],
+                "schema_version": SCHEMA_VERSION,
+            }
+        )
     return out
 
 
 def _load_seed(cfg: DataConfig) -> seedlib.Seed:
     report = seedlib.check(cfg.seed_dir, minimums=False)
     if not report.ok:
-        raise ValueError(f"{cfg.seed_dir}: the seed corpus has {len(report.errors)} error(s); run `make check-seed`:\n"
-                         + "\n".join(report.errors[:10]))
+        raise ValueError(
+            f"{cfg.seed_dir}: the seed corpus has {len(report.errors)} error(s); run `make check-seed`:\n"
+            + "\n".join(report.errors[:10])
+        )
     return seedlib.load(cfg.seed_dir)
 
 
 def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
     """Training set -> (split -> rows from the gold corpus), for every set in cfg.tasks."""
-    makers = {"extractor": lambda s: extractor_rows(seed, s, cfg.windows, cfg.train_extra_windows if s == "train" else (),
-                                                 cfg.compact_completions, cfg.keep_empty_windows if s == "train" else 1.0),
-              "router": lambda s: router_rows(seed, s), "planner": lambda s: planner_rows(seed, s),
-              "gate": lambda s: gate_rows(seed, s), "consolidator": lambda s: consolidator_rows(seed, s)}
+    makers = {
+        "extractor": lambda s: extractor_rows(
+            seed,
+            s,
+            cfg.windows,
+            cfg.train_extra_windows if s == "train" else (),
+            cfg.compact_completions,
+            cfg.keep_empty_windows if s == "train" else 1.0,
+        ),
+        "router": lambda s: router_rows(seed, s),
+        "planner": lambda s: planner_rows(seed, s),
+        "gate": lambda s: gate_rows(seed, s),
+        "consolidator": lambda s: consolidator_rows(seed, s),
+    }
     unknown = [t for t in cfg.tasks if t not in makers]
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; expected some of {sorted(makers)}")
@@ -241,8 +328,13 @@ def _check_no_leak(seed: seedlib.Seed, out: Path, tasks) -> None:
 
 # --- training sets from teacher labels ------------------------------------------------------------
 
-TASK_JOBS = {"extractor": ("extraction", "query_parse"), "router": ("memory_type",), "planner": ("recall_plan",),
-             "gate": ("recall_gate",), "consolidator": ("consolidation",)}
+TASK_JOBS = {
+    "extractor": ("extraction", "query_parse"),
+    "router": ("memory_type",),
+    "planner": ("recall_plan",),
+    "gate": ("recall_gate",),
+    "consolidator": ("consolidation",),
+}
 _TOKEN = re.compile(r"[a-z0-9]+")
 SHINGLE = 3  # words per shingle
 SKETCH = 64  # bottom-k sketch size: Jaccard is exact below 64 shingles, estimated (sd <= 0.04 at 0.9) above
@@ -257,7 +349,7 @@ def _tokens(text: str) -> list[str]:
 def sketch(text: str) -> list[int]:
     """The SKETCH smallest crc32 hashes of the text's word 3-grams (deterministic across runs)."""
     toks = _tokens(text)
-    grams = {" ".join(toks[i:i + SHINGLE]) for i in range(max(1, len(toks) - SHINGLE + 1))} if toks else set()
+    grams = {" ".join(toks[i : i + SHINGLE]) for i in range(max(1, len(toks) - SHINGLE + 1))} if toks else set()
     return sorted({zlib.crc32(g.encode()) for g in grams})[:SKETCH]
 
 
@@ -311,6 +403,7 @@ class NearDup:
 @dataclass
 class Example:
     """One training example (several rows for a gate question), what it is compared by, and its split."""
+
     rows: list[dict]
     text: str  # compared with other examples for duplicates
     units: list[str]  # compared with the gold test texts
@@ -319,49 +412,97 @@ class Example:
 
 
 def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
-    h = int(hashlib.sha256(f"{source}|{conversation_id}".encode()).hexdigest()[:8], 16) / 2 ** 32
+    h = int(hashlib.sha256(f"{source}|{conversation_id}".encode()).hexdigest()[:8], 16) / 2**32
     return "dev" if h < dev_fraction else "train"
 
 
 def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
     """Rows in the gold build's formats from one accepted label record."""
     inp, lab, job = rec["input"], rec["label"], rec["job"]
-    meta = {"source": rec["source"], "conversation_id": rec["conversation_id"], "label_source": "teacher",
-            "teacher": rec["teacher"], "schema_version": SCHEMA_VERSION}
+    meta = {
+        "source": rec["source"],
+        "conversation_id": rec["conversation_id"],
+        "label_source": "teacher",
+        "teacher": rec["teacher"],
+        "schema_version": SCHEMA_VERSION,
+    }
     if job == "extraction":
         w = Window.from_json(inp["window"])
         recs = [extraction.MemoryRecord.model_validate(r) for r in lab["records"]]
         msgs = extraction.chat_messages(w, "student")
-        row = sft_row(msgs, extraction.render_completion(recs, compact), task="extraction", **meta, window_index=w.window_index,
-                      window=inp["window_setting"], style=inp["style"], n_records=len(recs),
-                      row_id=_hash(msgs))
+        row = sft_row(
+            msgs,
+            extraction.render_completion(recs, compact),
+            task="extraction",
+            **meta,
+            window_index=w.window_index,
+            window=inp["window_setting"],
+            style=inp["style"],
+            n_records=len(recs),
+            row_id=_hash(msgs),
+        )
         return Example([row], msgs[1]["content"], [t.text for t in w.turns], split, False)
     if job == "query_parse":
         msgs = query_parse.chat_messages(inp["question"], inp["question_date"], "student")
-        row = sft_row(msgs, query_parse.render_completion(query_parse.QueryAnalysis.model_validate(lab)), task="query_parse",
-                      **meta, question_id=inp["question_id"], row_id=_hash(msgs))
+        row = sft_row(
+            msgs,
+            query_parse.render_completion(query_parse.QueryAnalysis.model_validate(lab)),
+            task="query_parse",
+            **meta,
+            question_id=inp["question_id"],
+            row_id=_hash(msgs),
+        )
         return Example([row], msgs[1]["content"], [inp["question"]], split, False)
     if job == "memory_type":
         text = memory_type.encoder_text(inp["text"])
-        row = {"text": text, "labels": [lab_ for lab_ in memory_type.LABELS if lab_ in lab["labels"]],
-               "label_vector": memory_type.to_vector(lab["labels"]), "snippet_id": rec["item_id"], **meta}
+        row = {
+            "text": text,
+            "labels": [lab_ for lab_ in memory_type.LABELS if lab_ in lab["labels"]],
+            "label_vector": memory_type.to_vector(lab["labels"]),
+            "snippet_id": rec["item_id"],
+            **meta,
+        }
         return Example([row], text, [line.split(": ", 1)[-1] for line in text.splitlines()], split, False)
     if job == "recall_plan":
         q = " ".join(inp["question"].split())
-        row = {"text": q, "label": lab["complexity"], "label_id": recall_plan.COMPLEXITIES.index(lab["complexity"]),
-               "keywords": lab["keywords"], "question_id": inp["question_id"], **meta}
+        row = {
+            "text": q,
+            "label": lab["complexity"],
+            "label_id": recall_plan.COMPLEXITIES.index(lab["complexity"]),
+            "keywords": lab["keywords"],
+            "question_id": inp["question_id"],
+            **meta,
+        }
         return Example([row], q, [q], split, False)
     if job == "recall_gate":
         kept, query = set(lab["kept_ids"]), recall_gate.pair_query(inp["question"], inp["complexity"])
-        rows = [{"query": query, "text": c, "label": 1.0 if i in kept else 0.0, "gate_id": rec["item_id"], "candidate_id": i,
-                 "complexity": inp["complexity"], **meta} for i, c in enumerate(inp["candidates"], 1)]
+        rows = [
+            {
+                "query": query,
+                "text": c,
+                "label": 1.0 if i in kept else 0.0,
+                "gate_id": rec["item_id"],
+                "candidate_id": i,
+                "complexity": inp["complexity"],
+                **meta,
+            }
+            for i, c in enumerate(inp["candidates"], 1)
+        ]
         return Example(rows, "\n".join([query] + inp["candidates"]), [inp["question"]], split, False)
     if job == "consolidation":
         new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
         text = consolidation.encoder_text(new, old)
-        row = {"text": text, "label": lab["action"], "label_id": consolidation.ACTIONS.index(lab["action"]),
-               "merged": lab["merged"], "new": inp["new"], "existing": inp["existing"], "pair_id": rec["item_id"],
-               "origin": "teacher", **meta}
+        row = {
+            "text": text,
+            "label": lab["action"],
+            "label_id": consolidation.ACTIONS.index(lab["action"]),
+            "merged": lab["merged"],
+            "new": inp["new"],
+            "existing": inp["existing"],
+            "pair_id": rec["item_id"],
+            "origin": "teacher",
+            **meta,
+        }
         return Example([row], text, [new.content, old.content], split, False)
     raise ValueError(f"unknown job {job!r}")
 
@@ -374,8 +515,12 @@ def gold_examples(task: str, rows: list[dict], split: str) -> list[Example]:
         by_id: dict[str, list[dict]] = {}
         for r in rows:
             by_id.setdefault(r["gate_id"], []).append(r)
-        return [Example(g, "\n".join([g[0]["query"]] + [r["text"] for r in g]), [], split, True) for g in by_id.values()]
-    return [Example([r], r["prompt"][1]["content"] if task == "extractor" else r["text"], [], split, True) for r in rows]
+        return [
+            Example(g, "\n".join([g[0]["query"]] + [r["text"] for r in g]), [], split, True) for g in by_id.values()
+        ]
+    return [
+        Example([r], r["prompt"][1]["content"] if task == "extractor" else r["text"], [], split, True) for r in rows
+    ]
 
 
 def gold_test_texts(seed: seedlib.Seed) -> list[str]:
@@ -417,15 +562,29 @@ def build_from_teacher(cfg: DataConfig) -> dict:
     test_index = NearDup(cfg.test_overlap_threshold, MIN_TEST_TOKENS)
     for k, text in enumerate(gold_test_texts(seed)):
         test_index.add(text, k)
-    stats: dict = {"schema_version": SCHEMA_VERSION, "source": f"teacher {summary['teacher']['model']} over "
-                   + ", ".join(summary["sources"]) + (f" + gold corpus {cfg.seed_dir}" if cfg.include_seed else ""),
-                   "labelling": summary, "removed": {}, "tasks": {},
-                   "thresholds": {"near_dup_jaccard": cfg.near_dup_threshold, "test_overlap_jaccard": cfg.test_overlap_threshold,
-                                  "test_overlap_min_words": MIN_TEST_TOKENS, "shingle_words": SHINGLE, "dev_fraction": cfg.dev_fraction}}
+    stats: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "source": f"teacher {summary['teacher']['model']} over "
+        + ", ".join(summary["sources"])
+        + (f" + gold corpus {cfg.seed_dir}" if cfg.include_seed else ""),
+        "labelling": summary,
+        "eval_overlap": summary["eval_overlap"],
+        "removed": {},
+        "tasks": {},
+        "thresholds": {
+            "near_dup_jaccard": cfg.near_dup_threshold,
+            "test_overlap_jaccard": cfg.test_overlap_threshold,
+            "test_overlap_min_words": MIN_TEST_TOKENS,
+            "shingle_words": SHINGLE,
+            "dev_fraction": cfg.dev_fraction,
+        },
+    }
     gold = gold_makers(cfg, seed)
     for task in cfg.tasks:
         removed: Counter = Counter()
-        examples = [e for s in ("train", "dev") for e in gold_examples(task, gold[task](s), s)] if cfg.include_seed else []
+        examples = (
+            [e for s in ("train", "dev") for e in gold_examples(task, gold[task](s), s)] if cfg.include_seed else []
+        )
         for job in TASK_JOBS[task]:
             for rec in results.get(job, {}).values():
                 if rec["status"] != "ok":
@@ -444,9 +603,14 @@ def build_from_teacher(cfg: DataConfig) -> dict:
             write_jsonl(out / task / f"{split}.jsonl", rows)
             tstats[split] = _describe(task, rows) | {"label_source": dict(Counter(r["label_source"] for r in rows))}
             if task == "extractor":
-                tstats[split]["memory_types"] = dict(Counter(
-                    m["dimension"]["memory_type"] for r in rows if r["task"] == "extraction"
-                    for m in json.loads(r["completion"][0]["content"])["memories"]))
+                tstats[split]["memory_types"] = dict(
+                    Counter(
+                        m["dimension"]["memory_type"]
+                        for r in rows
+                        if r["task"] == "extraction"
+                        for m in json.loads(r["completion"][0]["content"])["memories"]
+                    )
+                )
         stats["tasks"][task] = tstats
         stats["removed"][task] = dict(removed)
     _check_no_leak(seed, out, cfg.tasks)
@@ -456,6 +620,8 @@ def build_from_teacher(cfg: DataConfig) -> dict:
 
 
 def main(argv=None) -> int:
+    from memdistill.data.hygiene import EvalOverlap
+    from memdistill.data.label import TeacherShortfall
     from memdistill.data.teacher import TeacherFatal
 
     try:
@@ -463,51 +629,119 @@ def main(argv=None) -> int:
     except TeacherFatal as e:
         print(f"memdistill data: the teacher refused every request: {e}", file=sys.stderr)
         return 1
+    except (EvalOverlap, TeacherShortfall) as e:
+        print(f"memdistill data: {e}", file=sys.stderr)
+        return 1
     for job, js in stats.get("labelling", {}).get("jobs", {}).items():
-        print(f"labels {job}: {js['ok']} ok, {js['rejected']} rejected of {js['items']} "
-              f"({js['this_run']['requests']} requests now, {js['this_run']['cache_hits']} cache hits)")
+        print(
+            f"labels {job}: {js['ok']} ok, {js['rejected']} rejected of {js['items']} "
+            f"({js['this_run']['requests']} requests now, {js['this_run']['cache_hits']} cache hits)"
+        )
     for task, per in stats["tasks"].items():
         print(f"{task}: " + ", ".join(f"{s} {d['rows']}" for s, d in per.items()))
     return 0
 
 
 def _card(stats: dict) -> str:
-    lines = ["# memdistill training data", "",
-             f"Built by `memdistill data` from {stats['source']} (schema {stats['schema_version']}).",
-             "Splits follow the seed corpus's conversation split; test conversations never reach train or dev.", ""]
+    lines = [
+        "# memdistill training data",
+        "",
+        f"Built by `memdistill data` from {stats['source']} (schema {stats['schema_version']}).",
+        "Splits follow the seed corpus's conversation split; test conversations never reach train or dev.",
+        "",
+    ]
     if "labelling" in stats:
         lines[-2] = "Test is the gold test split; nothing from a gold test conversation reaches train or dev."
         lines += _labelling_card(stats)
     for task, per in stats["tasks"].items():
-        lines += [f"## {task}", ""] + md_table(["split", "rows", "details"], [
-            [split, d["rows"], ", ".join(f"{k}={v}" for k, v in d.items() if k != "rows")] for split, d in per.items()])
+        lines += [f"## {task}", ""] + md_table(
+            ["split", "rows", "details"],
+            [
+                [split, d["rows"], ", ".join(f"{k}={v}" for k, v in d.items() if k != "rows")]
+                for split, d in per.items()
+            ],
+        )
         lines.append("")
     return "\n".join(lines)
-
-
 
 
 def _labelling_card(stats: dict) -> list[str]:
     lab, th = stats["labelling"], stats["thresholds"]
     t = lab["teacher"]
-    lines = [f"Teacher: `{t['model']}` ({t['endpoints']} endpoint(s), structured={t['structured']}, "
-             f"thinking off={t['qwen3_no_think']}). Sources: " + ", ".join(f"{k} ({v} conversations)" for k, v in lab["sources"].items()) + ".",
-             "Other conversations are split by sha256(source|conversation id): "
-             f"dev_fraction={th['dev_fraction']}; test is the gold test split.", "",
-             "## Labelling", ""]
-    lines += md_table(["job", "items", "ok", "rejected", "reject reasons", "dropped records",
-                       "tokens in / out (paid, all runs)", "cost USD"], [
-        [job, j["items"], j["ok"], j["rejected"], ", ".join(f"{k} {v}" for k, v in j["reject_reasons"].items()) or "-",
-         ", ".join(f"{k} {v}" for k, v in j["dropped_records"].items()) or "-",
-         f"{j['all_runs']['prompt_tokens']} / {j['all_runs']['completion_tokens']}", f"{j['all_runs']['cost_usd']:.4f}"]
-        for job, j in lab["jobs"].items()])
-    lines += ["", "## Removed before writing", "",
-              f"Exact duplicates: same lower-cased word sequence. Near duplicates: word {th['shingle_words']}-gram Jaccard >= "
-              f"{th['near_dup_jaccard']}. Test overlap: a message, snippet or question of {th['test_overlap_min_words']}+ words "
-              f"with Jaccard >= {th['test_overlap_jaccard']} to a gold test text.", ""]
-    lines += md_table(["set", "gold test conversation", "test overlap", "exact duplicate", "near duplicate"], [
-        [task, *(r.get(k, 0) for k in ("gold_test_conversation", "near_test_text", "exact_duplicate", "near_duplicate"))]
-        for task, r in stats["removed"].items()])
+    lines = [
+        f"Teacher: `{t['model']}` ({t['endpoints']} endpoint(s), structured={t['structured']}, "
+        f"thinking off={t['qwen3_no_think']}). Sources: "
+        + ", ".join(f"{k} ({v} conversations)" for k, v in lab["sources"].items())
+        + ".",
+        "Other conversations are split by sha256(source|conversation id): "
+        f"dev_fraction={th['dev_fraction']}; test is the gold test split.",
+        "",
+        "## Labelling",
+        "",
+    ]
+    lines += md_table(
+        [
+            "job",
+            "items",
+            "ok",
+            "rejected",
+            "reject reasons",
+            "dropped records",
+            "tokens in / out (paid, all runs)",
+            "cost USD",
+        ],
+        [
+            [
+                job,
+                j["items"],
+                j["ok"],
+                j["rejected"],
+                ", ".join(f"{k} {v}" for k, v in j["reject_reasons"].items()) or "-",
+                ", ".join(f"{k} {v}" for k, v in j["dropped_records"].items()) or "-",
+                f"{j['all_runs']['prompt_tokens']} / {j['all_runs']['completion_tokens']}",
+                f"{j['all_runs']['cost_usd']:.4f}",
+            ]
+            for job, j in lab["jobs"].items()
+        ],
+    )
+    lines += [
+        "",
+        "## Benchmark hygiene",
+        "",
+        "Checked against (memdistill.data.hygiene): " + "; ".join(stats["eval_overlap"]["eval_sets"]) + ".",
+    ]
+    if stats["eval_overlap"]["overlaps"]:
+        lines += [
+            "",
+            f"**This build overlaps evaluated data**, allowed by the data config: "
+            f'"{stats["eval_overlap"]["allowed"]}". Figures on these sets from models trained on it are '
+            "not held-out figures:",
+            "",
+        ] + [f"- {line}" for line in stats["eval_overlap"]["summary"]]
+    else:
+        lines += ["", "No source shares a conversation or question with them."]
+    lines += [
+        "",
+        "## Removed before writing",
+        "",
+        f"Exact duplicates: same lower-cased word sequence. Near duplicates: word {th['shingle_words']}-gram "
+        f"Jaccard >= {th['near_dup_jaccard']}. Test overlap: a message, snippet or question of "
+        f"{th['test_overlap_min_words']}+ words with Jaccard >= {th['test_overlap_jaccard']} to a gold test text.",
+        "",
+    ]
+    lines += md_table(
+        ["set", "gold test conversation", "test overlap", "exact duplicate", "near duplicate"],
+        [
+            [
+                task,
+                *(
+                    r.get(k, 0)
+                    for k in ("gold_test_conversation", "near_test_text", "exact_duplicate", "near_duplicate")
+                ),
+            ]
+            for task, r in stats["removed"].items()
+        ],
+    )
     return lines + [""]
 
 

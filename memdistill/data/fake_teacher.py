@@ -9,7 +9,9 @@
 Answers are deterministic and derived from the request, so a labelling job gets valid, checkable
 labels: the task is recognised from the spec's teacher system prompt; extraction answers one record
 per extractable message of four words or more; type decisions, recall plans, query analyses and gate
-decisions follow simple word rules (below). Only the teacher is faked: it is the one external service.
+decisions follow simple word rules (below); a dialogue-writing request gets a small conversation built
+from the two persona lines, with the asked numbers of sessions, messages and questions. Only the
+teacher is faked: it is the one external service.
 
 Faults (injected per request index, 0-based in arrival order, or per request content = the messages):
   429        status 429 with Retry-After (seconds)       500 / 503  a server error
@@ -29,16 +31,28 @@ import json
 import re
 import threading
 import time
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import (
+    consolidation,
+    dialogue_synthesis,
+    extraction,
+    memory_type,
+    query_parse,
+    recall_gate,
+    recall_plan,
+)
 from memdistill.spec.recall_gate import BUDGETS
 
 FAULTS = ("400", "429", "500", "503", "hang", "drop", "bad_body", "malformed", "truncated")
 _LINE = re.compile(r"^\[(\d{4}-\d{2}-\d{2})T[^\]]*\] (\d+)\.([^:]+): (.*)$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
-_EVENT = re.compile(r"\b(yesterday|last|ago|went|visited|tomorrow|next|bought|met|started|finished|moved|"
-                    r"adopted|signed|trip|weekend|tonight|today|planning|will)\b", re.I)
+_EVENT = re.compile(
+    r"\b(yesterday|last|ago|went|visited|tomorrow|next|bought|met|started|finished|moved|"
+    r"adopted|signed|trip|weekend|tonight|today|planning|will)\b",
+    re.I,
+)
 _PROFILE = re.compile(r"\b(love|like|likes|prefer|enjoy|favorite|favourite|hate|always|usually|never)\b", re.I)
 _PERSONAL = re.compile(r"\b(i|i'm|my|me|mine)\b", re.I)
 _GENERAL = re.compile(r"(^assistant:|\b(is a|are a|means|works by|you can|generally|typically)\b)", re.I | re.M)
@@ -66,9 +80,21 @@ def _extraction(user: str) -> dict:
         if len(text.split()) < 4:
             continue
         mt = "profile" if _PROFILE.search(text) else "episodic" if _EVENT.search(text) else "fact"
-        records.append({"source_id": n, "source_speaker": speaker, "content": f"{speaker} said: {' '.join(text.split()[:40])}",
-                        "dimension": {"memory_type": mt, "time": day if mt == "episodic" else "", "location": "",
-                                      "reason": "", "purpose": "", "keywords": _keywords(text)}})
+        records.append(
+            {
+                "source_id": n,
+                "source_speaker": speaker,
+                "content": f"{speaker} said: {' '.join(text.split()[:40])}",
+                "dimension": {
+                    "memory_type": mt,
+                    "time": day if mt == "episodic" else "",
+                    "location": "",
+                    "reason": "",
+                    "purpose": "",
+                    "keywords": _keywords(text),
+                },
+            }
+        )
     return {"memories": records}
 
 
@@ -83,26 +109,40 @@ def type_decision(label: str, snippet: str) -> bool:
 
 def _plan(question: str) -> dict:
     q = question.lower()
-    c = ("complex" if re.search(r"\b(would|likely|might|prefer|enjoy|think)\b", q)
-         else "hybrid" if re.search(r"\b(how many|which|list|all|both)\b", q) else "simple")
+    c = (
+        "complex"
+        if re.search(r"\b(would|likely|might|prefer|enjoy|think)\b", q)
+        else "hybrid"
+        if re.search(r"\b(how many|which|list|all|both)\b", q)
+        else "simple"
+    )
     return {"complexity": c, "keywords": recall_plan.heuristic_keywords(question)}
 
 
 def _query(question: str) -> dict:
     q = question.lower()
     ad = "time" if q.startswith("when") else "location" if q.startswith("where") else "content"
-    return {"query_anchor": question.rstrip("?") + ".", "need_assistant_context": bool(re.search(r"\byou\b", q)),
-            "dimension": {"target_memory_type": ["episodic"] if ad == "time" else ["fact"],
-                          "keywords": _keywords(question, 3), "time": "", "location": ""}, "answer_dim": ad}
+    return {
+        "query_anchor": question.rstrip("?") + ".",
+        "need_assistant_context": bool(re.search(r"\byou\b", q)),
+        "dimension": {
+            "target_memory_type": ["episodic"] if ad == "time" else ["fact"],
+            "keywords": _keywords(question, 3),
+            "time": "",
+            "location": "",
+        },
+        "answer_dim": ad,
+    }
 
 
 def _gate(user: str) -> dict:
     complexity = re.search(r"Complexity: (\w+)", user).group(1)
     question = re.search(r"Question: (.*)", user).group(1)
     qwords = set(_keywords(question, 100))
-    kept = [int(m.group(1)) for m in re.finditer(r"^(\d+)\. (.*)$", user, re.M)
-            if qwords & set(_keywords(m.group(2), 100))]
-    return {"kept_ids": kept[:BUDGETS.get(complexity, 8)]}
+    kept = [
+        int(m.group(1)) for m in re.finditer(r"^(\d+)\. (.*)$", user, re.M) if qwords & set(_keywords(m.group(2), 100))
+    ]
+    return {"kept_ids": kept[: BUDGETS.get(complexity, 8)]}
 
 
 def _consolidation(user: str) -> dict:
@@ -113,10 +153,58 @@ def _consolidation(user: str) -> dict:
     if re.search(r"\b(now|instead)\b", new.group(2), re.I):
         return {"action": "SUPERSEDE", "merged": None}
     if words[0] and words[1] and len(words[0] & words[1]) >= 0.5 * len(words[0] | words[1]):
-        dim = {"memory_type": new.group(1), "time": "", "location": "", "reason": "", "purpose": "",
-               "keywords": sorted(words[1])[:3]}
+        dim = {
+            "memory_type": new.group(1),
+            "time": "",
+            "location": "",
+            "reason": "",
+            "purpose": "",
+            "keywords": sorted(words[1])[:3],
+        }
         return {"action": "MERGE", "merged": {"content": new.group(2).strip(), "dimension": dim}}
     return {"action": "KEEPBOTH", "merged": None}
+
+
+_PERSONA = re.compile(
+    r"^Person ([AB]): ([^,]+), (\d+), (.*?), lives in (.*?)\. Traits: (.*?)\. Goals: (.*?)\. "
+    r"Interests: (.*?)\.$",
+    re.M,
+)
+
+
+def _dialogue(user: str) -> dict:
+    """Sessions nine days apart from the asked start, the fewest asked messages each, the two people
+    taking turns; every message says something about its speaker's persona, and one shares a photo."""
+    people = [
+        dict(zip(("name", "age", "job", "home", "traits", "goals", "interests"), m.groups()[1:]))
+        for m in _PERSONA.finditer(user)
+    ]
+    n_sessions = int(re.search(r"^Sessions: (\d+)", user, re.M).group(1))
+    fewest = int(re.search(r"^Messages per session: (\d+) to", user, re.M).group(1))
+    n_questions = int(re.search(r"^Questions: (\d+)", user, re.M).group(1))
+    start = datetime.fromisoformat(re.search(r"^First session: on or after (\S+?);", user, re.M).group(1))
+    lines = (
+        lambda p, o: f"Hi {o['name']}! I am still working as a {p['job']} in {p['home']}.",
+        lambda p, o: f"Last weekend I spent a whole day on {p['interests'].split('; ')[0]} and loved it.",
+        lambda p, o: f"I have decided to {p['goals'].split('; ')[0]} before the end of next year.",
+        lambda p, o: f"Good to hear, {o['name']}. People say I am {p['traits'].split('; ')[0]}, which helps.",
+    )
+    sessions = []
+    for s in range(n_sessions):
+        turns = []
+        for k in range(fewest):
+            p, o = people[(s + k) % 2], people[(s + k + 1) % 2]
+            caption = f"a photo of {p['name']}'s {p['interests'].split('; ')[-1]}" if (s, k) == (0, 1) else ""
+            turns.append({"speaker": p["name"], "text": lines[(s + k) % len(lines)](p, o), "image_caption": caption})
+        date = start + timedelta(days=9 * s, hours=s % 3)
+        sessions.append({"date_time": date.strftime("%Y-%m-%dT%H:%M"), "turns": turns})
+    asks = (
+        lambda p: (f"What does {p['name']} do for a living?", p["job"]),
+        lambda p: (f"Where does {p['name']} live?", p["home"]),
+        lambda p: (f"What did {p['name']} decide to do?", p["goals"].split("; ")[0]),
+    )
+    questions = [dict(zip(("question", "answer"), asks[i % len(asks)](people[i % 2]))) for i in range(n_questions)]
+    return {"sessions": sessions, "questions": questions}
 
 
 def answer(messages: list[dict]) -> str:
@@ -138,15 +226,29 @@ def answer(messages: list[dict]) -> str:
         out = _gate(user)
     elif system in (consolidation.TEACHER_SYSTEM, consolidation.STUDENT_SYSTEM):
         out = _consolidation(user)
+    elif system == dialogue_synthesis.TEACHER_SYSTEM:
+        out = _dialogue(user)
     else:
         out = {"answer": "unknown task"}
     return json.dumps(out)
 
 
 class FakeOpenAI:
-    def __init__(self, latency: float = 0.0, api_key: str | None = None, hang_s: float = 3.0, retry_after: str = "1",
-                 model: str = "fake-teacher"):
-        self.latency, self.api_key, self.hang_s, self.retry_after, self.model = latency, api_key, hang_s, retry_after, model
+    def __init__(
+        self,
+        latency: float = 0.0,
+        api_key: str | None = None,
+        hang_s: float = 3.0,
+        retry_after: str = "1",
+        model: str = "fake-teacher",
+    ):
+        self.latency, self.api_key, self.hang_s, self.retry_after, self.model = (
+            latency,
+            api_key,
+            hang_s,
+            retry_after,
+            model,
+        )
         self.requests = 0
         self.inflight = self.max_inflight = 0  # requests being answered now / at most at once
         self.log: list[dict] = []  # one entry per chat/completions request: index, hash, fault, body
@@ -157,8 +259,9 @@ class FakeOpenAI:
 
     # --- fault plan ---------------------------------------------------------------------------
 
-    def add_fault(self, fault: str, index: int | None = None, content: list[dict] | str | None = None,
-                  times: int | None = 1) -> None:
+    def add_fault(
+        self, fault: str, index: int | None = None, content: list[dict] | str | None = None, times: int | None = 1
+    ) -> None:
         """`content`: the request's messages (or their content_hash); `times` None = every time."""
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
@@ -260,12 +363,23 @@ class FakeOpenAI:
                 elif fault == "truncated":
                     text, finish = text[: len(text) // 2], "length"
                 prompt_tokens = sum(len(m.get("content") or "") for m in messages) // 4
-                self._send(200, {"id": f"chatcmpl-{h_short(text)}", "object": "chat.completion", "created": 0,
-                                 "model": fake.model,
-                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                              "finish_reason": finish}],
-                                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text) // 4,
-                                           "total_tokens": prompt_tokens + len(text) // 4}})
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{h_short(text)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": fake.model,
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": len(text) // 4,
+                            "total_tokens": prompt_tokens + len(text) // 4,
+                        },
+                    },
+                )
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True

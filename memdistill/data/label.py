@@ -38,6 +38,13 @@ to stop early); teacher_max_tokens (finish_reason "length"); transport_<code> wh
 (transport_http_500, transport_timeout, transport_connection, transport_http_400, ...; a rerun leaves
 them be, so it costs nothing; `retry_transport: true` asks the teacher for them again);
 too_few_candidates (gate: the conversation has fewer than `gate_min_candidates` memories; no request).
+
+Before any request the sources pass memdistill.data.hygiene (no conversation or question of an evaluated
+set). A job whose ok labels fall short of `min_ok_share` of the items it asks about (a wrong URL, a server
+that is down, answers that do not parse) raises TeacherShortfall naming the endpoint and the reject counts,
+after its labels are written: `memdistill data` exits 1, and a rerun resumes. When the first NO_ANSWER_STOP
+items of a run all run out of retries with no answer at all, the job stops there instead of waiting out
+every item's retries.
 """
 
 from __future__ import annotations
@@ -54,10 +61,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from memdistill.data.sources import load
-from memdistill.data.teacher import Reply, Teacher, TeacherError, TeacherFatal, cost, settings_from_dict
 from memdistill.core.config import ConfigError
 from memdistill.core.io import JsonlError, load_jsonl, recover_log
+from memdistill.data import hygiene, synth
+from memdistill.data.sources import load
+from memdistill.data.teacher import Reply, Teacher, TeacherError, TeacherFatal, cost, settings_from_dict
 from memdistill.spec import TASKS, consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memdistill.spec.dialogue import Conversation, Window, windows
 from memdistill.spec.jsonout import Problem, load_json
@@ -67,6 +75,18 @@ ALWAYS_REJECT = {"truncated_output", "unterminated_think"}
 # Output caps for the short-answer jobs (extraction uses the teacher's max_tokens).
 MAX_TOKENS = {"query_parse": 512, "memory_type": 64, "recall_plan": 128, "recall_gate": 512, "consolidation": 512}
 SOURCE_KEYS = {"format", "path", "name", "style", "max_conversations"}
+# Items in a row whose retries all ran out with no answer at all in this run: the endpoint is not there,
+# and asking the rest would only add each item's full retry schedule to the wait.
+NO_ANSWER_STOP = 16
+
+
+class TeacherShortfall(RuntimeError):
+    """A job got fewer ok labels than `min_ok_share` of its items: the endpoint is down or wrong, or its
+    answers do not parse. The labels received are kept; a rerun resumes."""
+
+
+class _NoAnswer(Exception):
+    pass
 
 
 @dataclass
@@ -75,6 +95,8 @@ class SourceConv:
     conv: Conversation
     questions: list[dict]  # question_id, question, question_date
     split: str | None = None  # the gold split, for conversations of the seed corpus
+    fmt: str = ""  # the source's format and file, for memdistill.data.hygiene
+    path: str = ""
 
 
 @dataclass
@@ -88,6 +110,7 @@ class Item:
 
 
 # --- sources ------------------------------------------------------------------------------------
+
 
 def load_sources(specs: list) -> list[SourceConv]:
     out = []
@@ -104,11 +127,21 @@ def load_sources(specs: list) -> list[SourceConv]:
         for conv in convs:
             if spec.get("style"):
                 conv.style = spec["style"]
-            out.append(SourceConv(name, conv, _questions(fmt, conv, seed_q),
-                                  conv.meta.get("split") if fmt == "seed" else None))
+            out.append(
+                SourceConv(
+                    name,
+                    conv,
+                    _questions(fmt, conv, seed_q),
+                    conv.meta.get("split") if fmt == "seed" else None,
+                    fmt,
+                    str(path),
+                )
+            )
     names = [(sc.source, sc.conv.conversation_id) for sc in out]
     if len(set(names)) != len(names):
-        raise ConfigError("sources: two conversations share a source name and conversation id; give each source a distinct name")
+        raise ConfigError(
+            "sources: two conversations share a source name and conversation id; give each source a distinct name"
+        )
     return out
 
 
@@ -123,34 +156,60 @@ def _seed_questions(conv_path: Path) -> dict[str, list[dict]]:
 def _questions(fmt: str, conv: Conversation, seed_q: dict) -> list[dict]:
     if fmt == "locomo":  # LoCoMo asks after the last session; it gives no question date
         when = conv.turns[-1].timestamp.isoformat()
-        return [{"question_id": f"q{k}", "question": str(qa["question"]), "question_date": when}
-                for k, qa in enumerate(conv.meta.get("qa") or []) if qa.get("question")]
+        return [
+            {"question_id": f"q{k}", "question": str(qa["question"]), "question_date": when}
+            for k, qa in enumerate(conv.meta.get("qa") or [])
+            if qa.get("question")
+        ]
     if fmt == "longmemeval" and conv.meta.get("question"):
-        return [{"question_id": conv.conversation_id, "question": conv.meta["question"],
-                 "question_date": conv.meta.get("question_date")}]
+        return [
+            {
+                "question_id": conv.conversation_id,
+                "question": conv.meta["question"],
+                "question_date": conv.meta.get("question_date"),
+            }
+        ]
     if fmt == "seed":
-        return [{k: q[k] for k in ("question_id", "question", "question_date")} for q in seed_q.get(conv.conversation_id, [])]
+        return [
+            {k: q[k] for k in ("question_id", "question", "question_date")}
+            for q in seed_q.get(conv.conversation_id, [])
+        ]
     return []
 
 
 # --- items --------------------------------------------------------------------------------------
+
 
 def extraction_items(convs: list[SourceConv], window_pairs: dict) -> list[Item]:
     items = []
     for sc in convs:
         style = sc.conv.style
         if style not in window_pairs:
-            raise ConfigError(f"windows: no setting for conversation style {style!r} ({sc.source} {sc.conv.conversation_id})")
+            raise ConfigError(
+                f"windows: no setting for conversation style {style!r} ({sc.source} {sc.conv.conversation_id})"
+            )
         for size, overlap in dict.fromkeys(tuple(p) for p in window_pairs[style]):
             for w in windows(sc.conv, size, overlap):
-                items.append(Item("extraction", f"{sc.source}|{sc.conv.conversation_id}|w{size}o{overlap}|{w.window_index}", sc,
-                                  {"window": w.to_json(), "style": style, "window_setting": [size, overlap]}, w))
+                items.append(
+                    Item(
+                        "extraction",
+                        f"{sc.source}|{sc.conv.conversation_id}|w{size}o{overlap}|{w.window_index}",
+                        sc,
+                        {"window": w.to_json(), "style": style, "window_setting": [size, overlap]},
+                        w,
+                    )
+                )
     return items
 
 
 def question_items(job: str, convs: list[SourceConv]) -> list[Item]:
-    return [Item(job, f"{sc.source}|{sc.conv.conversation_id}|{q['question_id']}", sc, dict(q, names=list(sc.conv.speakers)))
-            for sc in convs for q in sc.questions]
+    return [
+        Item(
+            job, f"{sc.source}|{sc.conv.conversation_id}|{q['question_id']}", sc, dict(q, names=list(sc.conv.speakers))
+        )
+        for sc in convs
+        for q in sc.questions
+    ]
 
 
 def snippets(conv: Conversation) -> list[tuple[list[str], str]]:
@@ -159,19 +218,30 @@ def snippets(conv: Conversation) -> list[tuple[list[str], str]]:
     for sess in conv.sessions:
         turns, k = sess.turns, 0
         while k < len(turns):
-            take = turns[k:k + 2] if turns[k].text.rstrip().endswith("?") and k + 1 < len(turns) else turns[k:k + 1]
+            take = turns[k : k + 2] if turns[k].text.rstrip().endswith("?") and k + 1 < len(turns) else turns[k : k + 1]
             out.append(([t.turn_id for t in take], "\n".join(f"{t.speaker}: {' '.join(t.text.split())}" for t in take)))
             k += len(take)
     return out
 
 
 def snippet_items(convs: list[SourceConv], mode: str) -> list[Item]:
-    return [Item("memory_type", f"{sc.source}|{sc.conv.conversation_id}|t{ids[0]}", sc, {"turn_ids": ids, "text": text, "mode": mode})
-            for sc in convs for ids, text in snippets(sc.conv)]
+    return [
+        Item(
+            "memory_type",
+            f"{sc.source}|{sc.conv.conversation_id}|t{ids[0]}",
+            sc,
+            {"turn_ids": ids, "text": text, "mode": mode},
+        )
+        for sc in convs
+        for ids, text in snippets(sc.conv)
+    ]
 
 
-def gate_items(convs: list[SourceConv], extracted: dict, planned: dict, n_candidates: int, window_pairs: dict) -> list[Item]:
-    """Gate items from the extraction job's records (first window setting of each style) and the plan job's complexities."""
+def gate_items(
+    convs: list[SourceConv], extracted: dict, planned: dict, n_candidates: int, window_pairs: dict
+) -> list[Item]:
+    """Gate items from the extraction job's records (first window setting of each style) and the plan job's
+    complexities."""
     import bm25s
 
     mems: dict[tuple, list[str]] = {}
@@ -193,14 +263,28 @@ def gate_items(convs: list[SourceConv], extracted: dict, planned: dict, n_candid
             if texts:
                 if index is None:
                     index = bm25s.BM25()
-                    index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False), show_progress=False)
+                    index.index(
+                        bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False),
+                        show_progress=False,
+                    )
                 query = bm25s.tokenize([q["question"]], stopwords="en", show_progress=False, return_ids=False)
                 k = min(n_candidates, len(texts))
                 docs, _ = index.retrieve(query if query[0] else [["_"]], k=k, show_progress=False)
                 cands = [texts[int(i)] for i in docs[0]]
                 random.Random(item_id).shuffle(cands)
-            items.append(Item("recall_gate", item_id, sc, {"question_id": q["question_id"], "question": q["question"],
-                                                            "complexity": plan["label"]["complexity"], "candidates": cands}))
+            items.append(
+                Item(
+                    "recall_gate",
+                    item_id,
+                    sc,
+                    {
+                        "question_id": q["question_id"],
+                        "question": q["question"],
+                        "complexity": plan["label"]["complexity"],
+                        "candidates": cands,
+                    },
+                )
+            )
     return items
 
 
@@ -217,7 +301,9 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
             w = Window.from_json(inp["window"])
             for r in rec["label"]["records"]:
                 stored = consolidation.StoredRecord.at(r, w.turn_for(r["source_id"]))
-                recs.setdefault((rec["source"], rec["conversation_id"]), []).append((w.window_index, r["source_id"], stored))
+                recs.setdefault((rec["source"], rec["conversation_id"]), []).append(
+                    (w.window_index, r["source_id"], stored)
+                )
     items = []
     for sc in convs:
         ordered, seen = [], set()
@@ -228,8 +314,15 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
                 ordered.append(s)
         for j, new in enumerate(ordered):
             picked, _ = consolidation.candidates(new, ordered[:j], embed, **cascade)
-            items += [Item("consolidation", f"{sc.source}|{sc.conv.conversation_id}|p{j}-{i}", sc,
-                           {"new": new.to_json(), "existing": ordered[i].to_json()}) for i, _ in picked]
+            items += [
+                Item(
+                    "consolidation",
+                    f"{sc.source}|{sc.conv.conversation_id}|p{j}-{i}",
+                    sc,
+                    {"new": new.to_json(), "existing": ordered[i].to_json()},
+                )
+                for i, _ in picked
+            ]
     return items
 
 
@@ -242,6 +335,7 @@ def _limit(items: list[Item], n: int | None) -> list[Item]:
 
 
 # --- asking the teacher -------------------------------------------------------------------------
+
 
 @dataclass
 class Outcome:
@@ -256,23 +350,40 @@ async def ask(item: Item, t: Teacher, min_candidates: int) -> Outcome:
     job, inp = item.job, item.input
     cap = MAX_TOKENS.get(job)
     if job == "extraction":
-        r = await t.complete(extraction.chat_messages(item.window, "teacher", inp["style"]), extraction.json_schema(), "memories")
+        r = await t.complete(
+            extraction.chat_messages(item.window, "teacher", inp["style"]), extraction.json_schema(), "memories"
+        )
         res = extraction.parse(r.text, item.window)
         label = {"records": [x.model_dump(exclude_none=True) for x in res.records], "raw_count": res.raw_count}
         return Outcome(res.ok, label, res.problems + _dropped(r.text, item.window, res), [r])
     if job == "query_parse":
-        r = await t.complete(query_parse.chat_messages(inp["question"], inp["question_date"], "teacher"),
-                             query_parse.json_schema(), "query", cap)
+        r = await t.complete(
+            query_parse.chat_messages(inp["question"], inp["question_date"], "teacher"),
+            query_parse.json_schema(),
+            "query",
+            cap,
+        )
         res = query_parse.parse(r.text)
         return Outcome(res.ok, res.query.model_dump() if res.ok else None, res.problems, [r])
     if job == "memory_type" and inp["mode"] == "single":
-        r = await t.complete(memory_type.chat_messages(inp["text"], "teacher"), memory_type.json_schema(), "labels", cap)
+        r = await t.complete(
+            memory_type.chat_messages(inp["text"], "teacher"), memory_type.json_schema(), "labels", cap
+        )
         res = memory_type.parse(r.text)
         return Outcome(res.ok, {"labels": res.labels} if res.ok else None, res.problems, [r])
     if job == "memory_type":
-        got = await asyncio.gather(*(t.complete(memory_type.chat_messages(inp["text"], "binary", lab),
-                                                memory_type.json_schema(binary=True), "decision", cap)
-                                     for lab in memory_type.LABELS), return_exceptions=True)
+        got = await asyncio.gather(
+            *(
+                t.complete(
+                    memory_type.chat_messages(inp["text"], "binary", lab),
+                    memory_type.json_schema(binary=True),
+                    "decision",
+                    cap,
+                )
+                for lab in memory_type.LABELS
+            ),
+            return_exceptions=True,
+        )
         for g in got:  # the answers that did arrive are cached; a rerun pays only for the failed one
             if isinstance(g, BaseException):
                 raise g
@@ -281,23 +392,35 @@ async def ask(item: Item, t: Teacher, min_candidates: int) -> Outcome:
             decisions[lab], probs = memory_type.parse_binary(r.text)
             problems += [Problem(p.code, f"{lab}: {p.detail}") for p in probs]
         ok = None not in decisions.values()
-        return Outcome(ok, {"labels": [lab for lab, b in decisions.items() if b], "decisions": decisions} if ok else None,
-                       problems, list(got))
+        return Outcome(
+            ok,
+            {"labels": [lab for lab, b in decisions.items() if b], "decisions": decisions} if ok else None,
+            problems,
+            list(got),
+        )
     if job == "recall_plan":
-        r = await t.complete(recall_plan.chat_messages(inp["question"], "teacher"), recall_plan.json_schema(), "plan", cap)
+        r = await t.complete(
+            recall_plan.chat_messages(inp["question"], "teacher"), recall_plan.json_schema(), "plan", cap
+        )
         res = recall_plan.parse(r.text, names=inp.get("names") or ())
         return Outcome(res.ok, res.plan.model_dump() if res.ok else None, res.problems, [r])
     if job == "recall_gate":
         cands = inp["candidates"]
         if len(cands) < min_candidates:
             return Outcome(False, reasons=["too_few_candidates"])
-        r = await t.complete(recall_gate.chat_messages(inp["question"], inp["complexity"], cands, "teacher"),
-                             recall_gate.json_schema(), "gate", cap)
+        r = await t.complete(
+            recall_gate.chat_messages(inp["question"], inp["complexity"], cands, "teacher"),
+            recall_gate.json_schema(),
+            "gate",
+            cap,
+        )
         res = recall_gate.parse(r.text, n_candidates=len(cands), complexity=inp["complexity"])
         return Outcome(res.ok, {"kept_ids": res.kept_ids} if res.ok else None, res.problems, [r])
     if job == "consolidation":
         new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
-        r = await t.complete(consolidation.chat_messages(new, old, "teacher"), consolidation.json_schema(), "decision", cap)
+        r = await t.complete(
+            consolidation.chat_messages(new, old, "teacher"), consolidation.json_schema(), "decision", cap
+        )
         res = consolidation.parse(r.text, new, old)
         label = {"action": res.action, "merged": res.merged.model_dump() if res.merged else None}
         return Outcome(res.ok, label if res.ok else None, res.problems, [r])
@@ -333,27 +456,50 @@ def _reasons(out: Outcome) -> list[str]:
 
 
 async def label_item(item: Item, t: Teacher, min_candidates: int) -> dict:
-    rec = {"item_id": item.item_id, "key": item.key, "job": item.job, "source": item.sc.source,
-           "conversation_id": item.sc.conv.conversation_id, "gold_split": item.sc.split, "teacher": t.s.model}
+    rec = {
+        "item_id": item.item_id,
+        "key": item.key,
+        "job": item.job,
+        "source": item.sc.source,
+        "conversation_id": item.sc.conv.conversation_id,
+        "gold_split": item.sc.split,
+        "teacher": t.s.model,
+    }
     try:
         out = await ask(item, t, min_candidates)
     except TeacherFatal:
         raise
     except TeacherError as e:
-        return rec | {"status": "rejected", "reasons": [f"transport_{e.code}"], "detail": e.detail[:300], "input": item.input,
-                      "label": None, "problems": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "cached": False}
+        return rec | {
+            "status": "rejected",
+            "reasons": [f"transport_{e.code}"],
+            "detail": e.detail[:300],
+            "input": item.input,
+            "label": None,
+            "problems": [],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+            "cached": False,
+        }
     reasons = _reasons(out)
-    rec |= {"status": "rejected" if reasons else "ok", "reasons": reasons, "input": item.input,
-            "label": out.label if not reasons else None, "problems": [p.to_json() for p in out.problems],
-            "usage": {"prompt_tokens": sum(r.prompt_tokens for r in out.replies),
-                      "completion_tokens": sum(r.completion_tokens for r in out.replies)},
-            "cached": bool(out.replies) and all(r.cached for r in out.replies)}
+    rec |= {
+        "status": "rejected" if reasons else "ok",
+        "reasons": reasons,
+        "input": item.input,
+        "label": out.label if not reasons else None,
+        "problems": [p.to_json() for p in out.problems],
+        "usage": {
+            "prompt_tokens": sum(r.prompt_tokens for r in out.replies),
+            "completion_tokens": sum(r.completion_tokens for r in out.replies),
+        },
+        "cached": bool(out.replies) and all(r.cached for r in out.replies),
+    }
     if reasons and out.replies:
         rec["raw"] = [r.text[:4000] for r in out.replies]
     return rec
 
 
 # --- the append-only label file -----------------------------------------------------------------
+
 
 class LabelLog:
     """labels.jsonl: records by key. Appends are flushed and fsync'd one record at a time."""
@@ -384,23 +530,32 @@ class LabelLog:
 
 
 def item_key(item: Item, model: str) -> str:
-    return hashlib.sha256(json.dumps([item.job, item.item_id, item.input, model], sort_keys=True,
-                                     ensure_ascii=False).encode()).hexdigest()[:32]
+    return hashlib.sha256(
+        json.dumps([item.job, item.item_id, item.input, model], sort_keys=True, ensure_ascii=False).encode()
+    ).hexdigest()[:32]
 
 
 def _transport_reject(rec: dict) -> bool:
     return rec["status"] == "rejected" and any(r.startswith("transport_") for r in rec["reasons"])
 
 
-async def run_job(items: list[Item], t: Teacher, job_dir: Path, min_candidates: int = 5, progress: bool = True,
-                  retry_transport: bool = False) -> tuple[dict, dict]:
+async def run_job(
+    items: list[Item],
+    t: Teacher,
+    job_dir: Path,
+    min_candidates: int = 5,
+    progress: bool = True,
+    retry_transport: bool = False,
+) -> tuple[dict, dict]:
     """Label every item not yet in job_dir/labels.jsonl (with retry_transport, also those whose retries
     ran out last time; the newer line wins). Returns ({item_id: record} for `items`, summary)."""
     job = items[0].job if items else job_dir.name
     log = LabelLog(job_dir / "labels.jsonl")
     todo = [it for it in items if it.key not in log.done or (retry_transport and _transport_reject(log.done[it.key]))]
-    t0, counts = time.time(), {"ok": 0, "rejected": 0}
-    bar = tqdm(total=len(todo), desc=f"teacher {job}", unit="item", disable=not progress, mininterval=0.5, smoothing=0.1)
+    t0, counts = time.time(), {"ok": 0, "rejected": 0, "transport": 0}
+    bar = tqdm(
+        total=len(todo), desc=f"teacher {job}", unit="item", disable=not progress, mininterval=0.5, smoothing=0.1
+    )
     queue = iter(todo)
 
     async def worker():
@@ -408,18 +563,28 @@ async def run_job(items: list[Item], t: Teacher, job_dir: Path, min_candidates: 
             rec = await label_item(item, t, min_candidates)
             await asyncio.to_thread(log.append, rec)  # the fsync waits in a thread, not in the event loop
             counts[rec["status"]] += 1
+            counts["transport"] += _transport_reject(rec)
             bar.update(1)
-            bar.set_postfix(failed=counts["rejected"], retries=t.stats.retries,
-                            cost=f"${cost(t.s, t.stats.prompt_tokens, t.stats.completion_tokens):.2f}", refresh=False)
+            bar.set_postfix(
+                failed=counts["rejected"],
+                retries=t.stats.retries,
+                cost=f"${cost(t.s, t.stats.prompt_tokens, t.stats.completion_tokens):.2f}",
+                refresh=False,
+            )
+            if counts["transport"] >= NO_ANSWER_STOP and counts["transport"] == counts["ok"] + counts["rejected"]:
+                raise _NoAnswer
 
     tasks = [asyncio.create_task(worker()) for _ in range(min(t.s.concurrency, len(todo)))]
+    stopped = None
     try:
         await asyncio.gather(*tasks)
-    except BaseException:
+    except BaseException as e:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+        if not isinstance(e, _NoAnswer):
+            raise
+        stopped = f"stopped after the first {counts['transport']} items of this run got no answer"
     finally:
         bar.close()
         log.close()
@@ -427,15 +592,30 @@ async def run_job(items: list[Item], t: Teacher, job_dir: Path, min_candidates: 
     write_rejects(job_dir / "rejects.jsonl", records.values())
     status = [r["status"] for r in records.values()]
     paid = [r["usage"] for r in records.values() if not r["cached"]]
-    summary = {"items": len(items), "already_done": len(items) - len(todo), "labelled_now": counts["ok"],
-               "rejected_now": counts["rejected"], "ok": status.count("ok"), "rejected": status.count("rejected"),
-               "unaccounted": len(items) - len(records), "seconds": round(time.time() - t0, 2),
-               "items_per_s": round(len(todo) / max(time.time() - t0, 1e-9), 2), "this_run": t.stats.to_json(t.s),
-               "all_runs": {"prompt_tokens": sum(u["prompt_tokens"] for u in paid),
-                            "completion_tokens": sum(u["completion_tokens"] for u in paid)},
-               "reject_reasons": _count(c for r in records.values() for c in r["reasons"]),
-               "dropped_records": _count(p["detail"] for r in records.values() for p in r["problems"] if p["code"] == "record_dropped")}
-    summary["all_runs"]["cost_usd"] = round(cost(t.s, summary["all_runs"]["prompt_tokens"], summary["all_runs"]["completion_tokens"]), 6)
+    summary = {
+        "items": len(items),
+        "already_done": len(items) - len(todo),
+        "labelled_now": counts["ok"],
+        "rejected_now": counts["rejected"],
+        "ok": status.count("ok"),
+        "rejected": status.count("rejected"),
+        "unaccounted": len(items) - len(records),
+        "stopped": stopped,
+        "seconds": round(time.time() - t0, 2),
+        "items_per_s": round(len(todo) / max(time.time() - t0, 1e-9), 2),
+        "this_run": t.stats.to_json(t.s),
+        "all_runs": {
+            "prompt_tokens": sum(u["prompt_tokens"] for u in paid),
+            "completion_tokens": sum(u["completion_tokens"] for u in paid),
+        },
+        "reject_reasons": _count(c for r in records.values() for c in r["reasons"]),
+        "dropped_records": _count(
+            p["detail"] for r in records.values() for p in r["problems"] if p["code"] == "record_dropped"
+        ),
+    }
+    summary["all_runs"]["cost_usd"] = round(
+        cost(t.s, summary["all_runs"]["prompt_tokens"], summary["all_runs"]["completion_tokens"]), 6
+    )
     return records, summary
 
 
@@ -449,11 +629,19 @@ def _count(codes) -> dict:
 def write_rejects(path: Path, records) -> None:
     rows = []
     for r in sorted(records, key=lambda r: r["item_id"]):
-        base = {"job": r["job"], "item_id": r["item_id"], "source": r["source"], "conversation_id": r["conversation_id"]}
+        base = {
+            "job": r["job"],
+            "item_id": r["item_id"],
+            "source": r["source"],
+            "conversation_id": r["conversation_id"],
+        }
         if r["status"] == "rejected":
             rows.append(base | {"level": "item", "reasons": r["reasons"], "detail": r.get("detail", "")})
-        rows += [base | {"level": "record", "reasons": [p["detail"]], "index": p.get("index")}
-                 for p in r["problems"] if p["code"] == "record_dropped"]
+        rows += [
+            base | {"level": "record", "reasons": [p["detail"]], "index": p.get("index")}
+            for p in r["problems"]
+            if p["code"] == "record_dropped"
+        ]
     _atomic_write(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
 
 
@@ -464,6 +652,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --- all jobs -----------------------------------------------------------------------------------
+
 
 def check_jobs(jobs: list) -> list[str]:
     unknown = [j for j in jobs if j not in TASKS]
@@ -482,14 +671,32 @@ async def run_all(cfg) -> tuple[dict, dict]:
     jobs = check_jobs(cfg.jobs)
     if cfg.type_mode not in ("binary", "single"):
         raise ConfigError(f"type_mode {cfg.type_mode!r} is not binary or single")
-    convs = load_sources(cfg.sources)
+    if not 0.0 <= cfg.min_ok_share <= 1.0:
+        raise ConfigError(f"min_ok_share {cfg.min_ok_share} is not a share between 0 and 1")
     label_dir = Path(cfg.label_dir or Path(cfg.output_dir) / "labels")
+    if synth.has_synth(cfg.sources):  # the other sources pass the check before the teacher writes a dialogue
+        hygiene.check(cfg, load_sources(synth.others(cfg.sources)))
+    specs, synthesis = await synth.write_sources(
+        cfg.sources, settings, cfg.cache_dir, label_dir / "synth", cfg.progress
+    )
+    convs = load_sources(specs)
+    overlap = hygiene.check(cfg, convs)  # before any labelling request: refused builds cost nothing
     results: dict[str, dict] = {}
-    summary = {"teacher": {"model": settings.model, "endpoints": len(settings.base_urls), "structured": settings.structured,
-                           "qwen3_no_think": settings.qwen3_no_think, "concurrency": settings.concurrency,
-                           "price_input_per_1m": settings.price_input_per_1m, "price_output_per_1m": settings.price_output_per_1m},
-               "sources": {s: sum(1 for sc in convs if sc.source == s) for s in dict.fromkeys(sc.source for sc in convs)},
-               "jobs": {}}
+    summary = {
+        "teacher": {
+            "model": settings.model,
+            "endpoints": len(settings.base_urls),
+            "structured": settings.structured,
+            "qwen3_no_think": settings.qwen3_no_think,
+            "concurrency": settings.concurrency,
+            "price_input_per_1m": settings.price_input_per_1m,
+            "price_output_per_1m": settings.price_output_per_1m,
+        },
+        "sources": {s: sum(1 for sc in convs if sc.source == s) for s in dict.fromkeys(sc.source for sc in convs)},
+        "eval_overlap": overlap,
+        "synthesis": synthesis,
+        "jobs": {},
+    }
     for job in jobs:
         if job == "extraction":
             items = extraction_items(convs, cfg.windows)
@@ -505,11 +712,41 @@ async def run_all(cfg) -> tuple[dict, dict]:
         for it in items:
             it.key = item_key(it, settings.model)
         async with Teacher(settings, cfg.cache_dir) as t:
-            results[job], summary["jobs"][job] = await run_job(items, t, label_dir / job, cfg.gate_min_candidates, cfg.progress,
-                                                                 cfg.retry_transport)
+            results[job], summary["jobs"][job] = await run_job(
+                items, t, label_dir / job, cfg.gate_min_candidates, cfg.progress, cfg.retry_transport
+            )
         label_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(label_dir / "run_summary.json", json.dumps(summary, indent=1))
+        if problem := shortfall(job, summary["jobs"][job], results[job], settings, cfg.min_ok_share, label_dir / job):
+            raise TeacherShortfall(problem)  # later jobs and the training sets would be built from too little
     return results, summary
+
+
+def shortfall(job: str, js: dict, records: dict, s, min_share: float, job_dir: Path) -> str | None:
+    """Why a job's ok labels fall short of min_share of the items it asked the teacher about, or None."""
+    asked = js["items"] - sum(1 for r in records.values() if r["reasons"] == ["too_few_candidates"])
+    if not asked or js["ok"] >= min_share * asked:
+        return None
+    transport = {k: v for k, v in js["reject_reasons"].items() if k.startswith("transport_")}
+    answered = {k: v for k, v in js["reject_reasons"].items() if k not in transport}
+    ran_out = sum(1 for r in records.values() if _transport_reject(r))
+    example = next((r["detail"] for r in records.values() if _transport_reject(r) and r.get("detail")), "")
+    lines = [
+        f"teacher job {job}: {js['ok']} of {asked} items labelled ok ({js['ok'] / asked:.0%}), below min_ok_share "
+        f"{min_share:g}; endpoint {', '.join(s.base_urls)} (model {s.model})",
+        "  requests whose retries ran out: "
+        + (", ".join(f"{k} {v}" for k, v in transport.items()) or "none")
+        + (f" (e.g. {example})" if example else ""),
+        "  answers rejected: " + (", ".join(f"{k} {v}" for k, v in answered.items()) or "none"),
+    ]
+    if js["stopped"]:
+        lines.append(f"  {js['stopped']}; {js['unaccounted']} items not asked")
+    lines.append(
+        f"  every label received is kept in {job_dir / 'labels.jsonl'}; fix the endpoint and run the same "
+        "command again: finished items are skipped"
+        + (f", and retry_transport=true asks again for the {ran_out} items whose retries ran out" if ran_out else "")
+    )
+    return "\n".join(lines)
 
 
 def run(cfg) -> tuple[dict, dict]:

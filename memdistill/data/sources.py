@@ -6,12 +6,15 @@ Formats:
 - `longmemeval`: the released LongMemEval files (a list of instances with `question_id`,
   `haystack_sessions`, `haystack_dates`, `haystack_session_ids`, `question`, `question_date`, ...);
   one conversation per instance, turn ids `<session id>:<k>`, `has_answer` kept in `Turn.meta`.
-- `chat-jsonl`: one conversation a line, OpenAI `messages` ({role, content}) as UltraChat exports
-  come, or ShareGPT `conversations` ({from, value}). Timestamps: a message's `timestamp` (or the
-  line's `timestamp`/`date`) when present; otherwise synthesised: the conversation starts at
-  2024-01-01T09:00:00 plus one day per line, one minute per message, and `meta["synthetic_time"]`
-  is set, so relative times in such data cannot be resolved faithfully.
-- `seed`: the gold corpus `data/seed/conversations.jsonl` (see data/seed/FORMAT.md).
+- `chat-jsonl`: one conversation a line, in one of three layouts: OpenAI `messages` ({role, content};
+  HuggingFaceH4/ultrachat_200k), ShareGPT `conversations` ({from, value}), or the original UltraChat
+  `data` (stingning/ultrachat: {"id", "data": [user, assistant, user, ...]}, plain strings taking
+  turns, user first). Timestamps: a message's `timestamp` (or the line's `timestamp`/`date`) when
+  present; otherwise synthesised: the conversation starts at 2024-01-01T09:00:00 plus one day per
+  line, one minute per message, and `meta["synthetic_time"]` is set, so relative times in such data
+  cannot be resolved faithfully.
+- `seed`: the project's conversation JSONL (data/seed/FORMAT.md): the gold corpus
+  `data/seed/conversations.jsonl`, and the teacher-written persona dialogues of memdistill.data.synth.
 - `hf`: a local Hugging Face dataset directory (`save_to_disk`) or data file, rows in the
   `chat-jsonl` layout.
 
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from memdistill.core.io import read_jsonl
-from memdistill.spec.dialogue import Conversation, Session, TimestampError, Turn, parse_timestamp
+from memdistill.spec.dialogue import ROLES, Conversation, Session, TimestampError, Turn, parse_timestamp
 
 FORMATS = ("locomo", "longmemeval", "chat-jsonl", "seed", "hf")
 SYNTHETIC_START = datetime(2024, 1, 1, 9, 0)
@@ -43,8 +46,13 @@ def load(fmt: str, path) -> list[Conversation]:
     path = Path(path)
     if not path.exists():
         raise SourceError(f"{path}: no such file")
-    loader = {"locomo": load_locomo, "longmemeval": load_longmemeval, "chat-jsonl": load_chat_jsonl,
-              "seed": load_seed, "hf": load_hf}[fmt]
+    loader = {
+        "locomo": load_locomo,
+        "longmemeval": load_longmemeval,
+        "chat-jsonl": load_chat_jsonl,
+        "seed": load_seed,
+        "hf": load_hf,
+    }[fmt]
     return list(loader(path))
 
 
@@ -66,8 +74,10 @@ def _need(d: dict, key: str, where: str, kind=None):
     if not isinstance(d, dict) or key not in d:
         raise SourceError(f"{where}: missing field {key!r}")
     if kind is not None and not isinstance(d[key], kind):
-        raise SourceError(f"{where}: field {key!r} should be {kind.__name__ if isinstance(kind, type) else kind}, "
-                          f"got {type(d[key]).__name__}")
+        raise SourceError(
+            f"{where}: field {key!r} should be {kind.__name__ if isinstance(kind, type) else kind}, "
+            f"got {type(d[key]).__name__}"
+        )
     return d[key]
 
 
@@ -100,11 +110,16 @@ def load_locomo(path: Path) -> Iterator[Conversation]:
             for k, t in enumerate(turns_in):
                 tw = f"{where}: {key} turn {k}"
                 speaker = _need(t, "speaker", tw, str)
-                turns.append(Turn(
-                    turn_id=str(_need(t, "dia_id", tw)), speaker=speaker, role="user",
-                    text=str(_need(t, "text", tw)), timestamp=date,
-                    image_caption=t.get("blip_caption") or None,
-                ))
+                turns.append(
+                    Turn(
+                        turn_id=str(_need(t, "dia_id", tw)),
+                        speaker=speaker,
+                        role="user",
+                        text=str(_need(t, "text", tw)),
+                        timestamp=date,
+                        image_caption=t.get("blip_caption") or None,
+                    )
+                )
             sessions.append(Session(key, date, turns))
         if not sessions:
             raise SourceError(f"{where}: no sessions (expected session_1, session_1_date_time, ...)")
@@ -112,6 +127,7 @@ def load_locomo(path: Path) -> Iterator[Conversation]:
 
 
 # --- LongMemEval --------------------------------------------------------------------------------
+
 
 def load_longmemeval(path: Path) -> Iterator[Conversation]:
     data = _read_json(path)
@@ -127,8 +143,10 @@ def load_longmemeval(path: Path) -> Iterator[Conversation]:
         dates = _need(inst, "haystack_dates", where, list)
         ids = inst.get("haystack_session_ids") or [f"s{k}" for k in range(len(hs))]
         if not len(hs) == len(dates) == len(ids):
-            raise SourceError(f"{where}: haystack_sessions ({len(hs)}), haystack_dates ({len(dates)}) and "
-                              f"haystack_session_ids ({len(ids)}) differ in length")
+            raise SourceError(
+                f"{where}: haystack_sessions ({len(hs)}), haystack_dates ({len(dates)}) and "
+                f"haystack_session_ids ({len(ids)}) differ in length"
+            )
         sessions = []
         for s, (sess, date_s, sess_id) in enumerate(zip(hs, dates, ids)):
             sw = f"{where}: haystack_sessions[{s}] ({sess_id})"
@@ -142,8 +160,9 @@ def load_longmemeval(path: Path) -> Iterator[Conversation]:
                 if role not in ("user", "assistant"):
                     raise SourceError(f"{mw}: role {role!r} is not user or assistant")
                 meta = {"has_answer": bool(m["has_answer"])} if "has_answer" in m else {}
-                turns.append(Turn(f"{sess_id}:{k}", role.capitalize(), role, str(_need(m, "content", mw)),
-                                  date, meta=meta))
+                turns.append(
+                    Turn(f"{sess_id}:{k}", role.capitalize(), role, str(_need(m, "content", mw)), date, meta=meta)
+                )
             sessions.append(Session(str(sess_id), date, turns))
         meta = {k: inst.get(k) for k in ("question_type", "question", "answer", "question_date", "answer_session_ids")}
         meta["source"] = "longmemeval"
@@ -152,22 +171,40 @@ def load_longmemeval(path: Path) -> Iterator[Conversation]:
 
 # --- chat JSONL / HF datasets ---------------------------------------------------------------------
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "system": "system"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 
 
 def chat_row_to_conversation(row: dict, index: int, where: str) -> Conversation:
     # HF datasets give every row every column, absent ones as None.
     row = {k: v for k, v in row.items() if v is not None}
     if "messages" in row:
-        msgs = [(m.get("role"), m.get("content"), m) for m in _need(row, "messages", where, list) if isinstance(m, dict)]
+        msgs = [
+            (m.get("role"), m.get("content"), m) for m in _need(row, "messages", where, list) if isinstance(m, dict)
+        ]
         if len(msgs) != len(row["messages"]):
             raise SourceError(f"{where}: every item of 'messages' must be an object with role and content")
     elif "conversations" in row:
-        msgs = [(_SHAREGPT_ROLES.get(str(m.get("from", "")).lower(), m.get("from")), m.get("value"), m)
-                for m in _need(row, "conversations", where, list) if isinstance(m, dict)]
+        msgs = [
+            (_SHAREGPT_ROLES.get(str(m.get("from", "")).lower(), m.get("from")), m.get("value"), m)
+            for m in _need(row, "conversations", where, list)
+            if isinstance(m, dict)
+        ]
+    elif "data" in row:  # UltraChat: the turns alone, user first, then taking turns with the assistant
+        msgs = [(ROLES[k % 2], m, {}) for k, m in enumerate(_need(row, "data", where, list))]
     else:
-        raise SourceError(f"{where}: expected 'messages' (OpenAI layout) or 'conversations' (ShareGPT layout)")
+        raise SourceError(
+            f"{where}: expected 'messages' (OpenAI layout), 'conversations' (ShareGPT layout) "
+            "or 'data' (UltraChat layout)"
+        )
     cid = str(row.get("conversation_id") or row.get("id") or row.get("prompt_id") or f"chat-{index:06d}")
     start_raw = row.get("timestamp") or row.get("date")
     synthetic = start_raw is None
@@ -185,8 +222,13 @@ def chat_row_to_conversation(row: dict, index: int, where: str) -> Conversation:
         turns.append(Turn(f"{cid}:{k}", role.capitalize(), role, content, ts))
     if not turns:
         raise SourceError(f"{where}: no user or assistant messages")
-    return Conversation(cid, [Session("S1", turns[0].timestamp, turns)], "user-assistant", ["User", "Assistant"],
-                        {"source": "chat", "synthetic_time": synthetic})
+    return Conversation(
+        cid,
+        [Session("S1", turns[0].timestamp, turns)],
+        "user-assistant",
+        ["User", "Assistant"],
+        {"source": "chat", "synthetic_time": synthetic},
+    )
 
 
 def load_chat_jsonl(path: Path) -> Iterator[Conversation]:
@@ -213,6 +255,7 @@ def load_hf(path: Path) -> Iterator[Conversation]:
 
 # --- the gold seed corpus -------------------------------------------------------------------------
 
+
 def load_seed(path: Path) -> Iterator[Conversation]:
     for lineno, row in read_jsonl(path, SourceError):
         where = f"{path}:{lineno}"
@@ -227,11 +270,23 @@ def load_seed(path: Path) -> Iterator[Conversation]:
                 tw = f"{sw}.turns[{k}]"
                 ts = _ts(t["timestamp"], f"{tw}.timestamp") if t.get("timestamp") else date
                 try:
-                    turns.append(Turn(str(_need(t, "turn_id", tw)), _need(t, "speaker", tw, str),
-                                      t.get("role", "user"), _need(t, "text", tw, str), ts,
-                                      t.get("image_caption") or None))
+                    turns.append(
+                        Turn(
+                            str(_need(t, "turn_id", tw)),
+                            _need(t, "speaker", tw, str),
+                            t.get("role", "user"),
+                            _need(t, "text", tw, str),
+                            ts,
+                            t.get("image_caption") or None,
+                        )
+                    )
                 except ValueError as e:
                     raise SourceError(f"{tw}: {e}") from None
             sessions.append(Session(str(sess.get("session_id", f"S{s + 1}")), date, turns))
-        yield Conversation(cid, sessions, row.get("style", "multi-party"), row.get("speakers", []),
-                           {"source": "seed", "split": row.get("split")})
+        yield Conversation(
+            cid,
+            sessions,
+            row.get("style", "multi-party"),
+            row.get("speakers", []),
+            {"source": "seed", "split": row.get("split")},
+        )

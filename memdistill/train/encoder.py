@@ -40,7 +40,15 @@ from pathlib import Path
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
 from memdistill.core.models import read_meta
-from memdistill.core.report import card_front_matter, card_metrics, card_training, peak_memory_mb, plot_loss
+from memdistill.core.report import (
+    card_front_matter,
+    card_metrics,
+    card_overlap,
+    card_training,
+    dataset_overlap,
+    peak_memory_mb,
+    plot_loss,
+)
 from memdistill.spec import SCHEMA_VERSION, consolidation, memory_type, recall_gate, recall_plan
 from memdistill.train.extractor import optimisation_args, run_args
 
@@ -401,6 +409,7 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
         "thresholds_folded": folded,
         "decision": _decision_rule(cfg.task, thresholds, folded),
         "base_model": cfg.model,
+        "eval_overlap": dataset_overlap(cfg.train_file),
     }
     model.config.memdistill = meta
     with atomic_dir(out) as tmp:
@@ -465,6 +474,7 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
             f"- base model: `{meta['base_model']}`; data: `{c['train_file']}` (dev: `{c['eval_file']}`)",
         ]
         + card_training(c, meta.get("training_summary"))
+        + card_overlap(meta)
     )
     for name, figures in (
         ("dev split (best epoch, tuned thresholds)", meta.get("dev")),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memdistill.core.config import job_config
 from memdistill.core.io import read_jsonl, require_dataset, write_json
-from memdistill.core.report import peak_memory_mb, plot_loss
+from memdistill.core.report import dataset_overlap, peak_memory_mb, plot_loss
 from memdistill.spec import SCHEMA_VERSION
 
 DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -308,6 +308,7 @@ def train(cfg: ExtractorConfig) -> dict:
                 "schema_version": SCHEMA_VERSION,
                 "training_windows": windows,
                 "training_window_rows": window_rows,
+                "eval_overlap": dataset_overlap(cfg.train_file),
                 "config": asdict(cfg),
             },
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 from memdistill.core.config import job_config
 from memdistill.core.io import atomic_dir, write_json, write_text
 from memdistill.core.models import read_meta, saved_dir
-from memdistill.core.report import card_front_matter, card_metrics, card_training
+from memdistill.core.report import card_front_matter, card_metrics, card_overlap, card_training
 from memdistill.spec import SCHEMA_VERSION
 from memdistill.spec.dialogue import describe_windows
 
@@ -110,6 +110,7 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             + (f", layers {c['layers_to_transform']}" if c.get("layers_to_transform") else ", all layers"),
         ]
         + card_training(c, meta.get("training_summary"))
+        + card_overlap(meta)
     )
     if evaluation:
         lines += [
