@@ -10,6 +10,7 @@ memdistill train extractor --config configs/training/extractor_cpu.yaml [key=val
 memdistill train router|planner|gate|consolidator --config configs/training/<task>_cpu.yaml [key=value ...]
 memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
+memdistill eval-fidelity --config configs/eval/fidelity_cpu.yaml [key=value ...]
 memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
 memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
 memdistill ablate --config configs/eval/ablate_extractor_cpu.yaml [key=value ...]
@@ -153,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("data", "build training sets (gold corpus or teacher labels)", _job("memdistill.data.build")),
         ("merge", "merge a trained adapter and export a servable model", _job("memdistill.train.merge")),
         ("eval", "compare extractors on the gold test split", _job("memdistill.eval.extractor")),
+        (
+            "eval-fidelity",
+            "a student extractor against its teacher (endpoint or labels file) on held-out windows, no gold needed",
+            _job("memdistill.eval.fidelity"),
+        ),
         (
             "eval-encoders",
             "router, planner, gate and consolidator vs the served LM and rules on the gold test split",
