@@ -10,6 +10,7 @@ import pytest
 from memdistill.data import seed as seedlib
 from memdistill.serve.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
 from memdistill.serve.server import free_port
+from memdistill.spec import recall_plan
 from memdistill.spec.dialogue import windows
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
 from tests.conftest import REPO
@@ -24,15 +25,17 @@ def seed():
 
 def test_extract_returns_validated_records_with_pointers(mm, seed):
     conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
-    wins = windows(conv, 6, 1)[:2]
+    wins = [w for w in windows(conv, 6, 1) if seed.gold_records(w)][:2]  # windows that hold something to extract
+    assert len(wins) == 2
     res = mm.extract(wins, include_source_text=True)
     assert res.prompt_tokens > 0 and res.completion_tokens > 0
-    for m in res.memories:  # whatever the untrained model wrote, what comes back is valid and grounded
-        w = wins[m.window_index]
+    assert res.memories, f"no valid record from windows whose gold holds records; problems: {res.problems}"
+    by_index = {w.window_index: w for w in wins}
+    for m in res.memories:  # every record that comes back is valid and grounded in an extractable message
+        w = by_index[m.window_index]
         n = m.record.source_id
         assert w.extract_from <= n <= len(w.turns)
         assert w.turn_for(n).turn_id == m.turn_id and m.source_text == w.turn_for(n).text
-    assert all(isinstance(p.code, str) for _, p in res.problems)
 
 
 def test_an_output_cut_at_the_token_cap_is_reported(server, seed):
@@ -75,16 +78,16 @@ def test_extract_accepts_a_window_line_and_refuses_other_types(mm):
 
 
 def test_other_models_answer_through_the_sdk(mm):
+    """Each model's reply, constrained by its JSON Schema, parses into a usable answer (the untrained LM's
+    answers need not be right, only well-formed)."""
     q = mm.parse_query("Where did I go hiking last month?", "2023-06-01T10:00:00")
-    assert q.ok or q.problems
+    assert q.ok and q.query.query_anchor, q.problems
     types = mm.classify_types(["Hi there!", "Last Saturday I ran my first half marathon in Lisbon."])
-    assert len(types) == 2 and all(t.ok or t.problems for t in types)
+    assert len(types) == 2 and all(t.ok for t in types), [t.problems for t in types]
     plan = mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])
-    assert plan.ok or plan.problems
+    assert plan.ok and plan.plan.complexity in recall_plan.COMPLEXITIES, plan.problems
     g = mm.gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog on 2023-05-06.", "Tom likes jazz."])
-    assert g.ok or g.problems
-    if g.ok:
-        assert set(g.kept_ids) <= {1, 2}
+    assert g.ok and set(g.kept_ids) <= {1, 2}, g.problems
 
 
 def test_served_rendering_equals_training_rendering(server, seed):
@@ -113,8 +116,8 @@ def test_bad_request_is_a_4xx_and_the_server_keeps_serving(mm, server):
     assert "maximum" in str(e.value).lower() or "length" in str(e.value).lower() or "context" in str(e.value).lower()
     r = httpx.post(f"{server.urls[0]}/v1/chat/completions", json={"model": "no-such-model", "messages": too_long[:0]})
     assert 400 <= r.status_code < 500 and r.json().get("error", {}).get("message")
-    text, _, _ = mm.chat([{"role": "user", "content": "Say hi."}], max_tokens=5)
-    assert isinstance(text, str)
+    text, _, completion_tokens = mm.chat([{"role": "user", "content": "Say hi."}], max_tokens=5)
+    assert text.strip() and completion_tokens > 0
 
 
 def test_server_down_is_a_typed_error_quickly():

@@ -141,6 +141,18 @@ def _cfg(model, train_file, out, **kw):
     return ExtractorConfig(**base)
 
 
+def _mean_training_loss(trainer) -> float:
+    """The loss over every training row, without dropout or an update: compared before and after training,
+    a run that trained nothing (no step, learning rate 0) shows no gain."""
+    model = trainer.model
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        losses = [trainer.compute_loss(model, dict(b)).item() for b in trainer.get_train_dataloader()]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
 @pytest.mark.parametrize("which", ["tiny_qwen3_dir", "smollm2_dir"])
 def test_lora_changes_adapter_not_base(request, which, train_file, tmp_path):
     from memdistill.train.extractor import build_trainer
@@ -342,6 +354,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from memdistill.eval.e2e import E2EConfig
     from memdistill.eval.encoders import EncoderEvalConfig
     from memdistill.eval.extractor import EvalConfig
+    from memdistill.eval.fidelity import FidelityConfig
     from memdistill.serve.server import ServeConfig
     from memdistill.train.encoder import EncoderConfig
     from memdistill.train.extractor import ExtractorConfig, validate
@@ -371,6 +384,7 @@ def test_every_yaml_loads_into_its_dataclass():
                 "extractor": EvalConfig,
                 "ablate": AblateConfig,
                 "consolidation": ConsolidationEvalConfig,
+                "fidelity": FidelityConfig,
             }
             load_config(kinds_eval[prefix], path)
         elif rel.parts[0] == "serving":
@@ -418,6 +432,9 @@ def test_gpu_recipe_runs_the_same_code_on_a_tiny_qwen3(tiny_qwen3_dir, train_fil
     )
     assert cfg.gradient_checkpointing and cfg.dtype == "bfloat16" and cfg.max_length == 12288
     trainer = build_trainer(cfg)
+    lora = trainer.model.peft_config["default"]  # what PEFT received from the YAML (Table 11 and the rest)
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (16, 32, 0.05)
+    assert set(lora.target_modules) == set(cfg.target_modules)
     # bf16 autocast and checkpointing as on the GPU (CPU autocast runs bf16 too)
     assert trainer.args.bf16 and trainer.accelerator.mixed_precision == "bf16"
     trainer.train()
@@ -480,9 +497,11 @@ def test_qlora_recipe_trains_on_a_tiny_qwen3_on_cpu(tiny_qwen3_dir, train_file, 
     lora = {k: p for k, p in model.named_parameters() if p.requires_grad}
     assert lora and all("lora_" in k and p.dtype == torch.bfloat16 for k, p in lora.items())
     before = {k: p.detach().clone() for k, p in lora.items()}
+    untrained = _mean_training_loss(trainer)
     trainer.train()
     assert trainer.state.global_step == 1
     assert any(not torch.equal(before[k], p.detach()) for k, p in lora.items())
+    assert _mean_training_loss(trainer) < untrained  # the adapters learned: lower than the untrained start
 
 
 @pytest.mark.gpu
@@ -499,11 +518,15 @@ def test_qlora_variant_on_gpu(tiny_qwen3_dir, train_file, tmp_path):
             "eval_file=null",
             f"output_dir={tmp_path / 'q'}",
             "max_steps=2",
+            "learning_rate=1e-2",
+            "warmup_steps=0",
         ],
     )
     trainer = build_trainer(cfg)
+    untrained = _mean_training_loss(trainer)
     trainer.train()
-    assert any("lora_" in k for k, _ in trainer.model.named_parameters())
+    assert trainer.state.global_step == 2
+    assert _mean_training_loss(trainer) < untrained
 
 
 def test_killed_run_resumes_from_its_checkpoint(tiny_qwen3_dir, train_file, tmp_path):
