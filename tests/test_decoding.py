@@ -9,7 +9,7 @@ import pytest
 
 from memdistill.data import seed as seedlib
 from memdistill.serve.server import ServeConfig, vllm_command
-from memdistill.spec import extraction
+from memdistill.spec import extraction, query_parse
 from memdistill.spec.dialogue import windows
 from tests.conftest import REPO
 
@@ -87,3 +87,31 @@ def seed_windows():
     seed = seedlib.load(REPO / "data" / "seed")
     conv = next(c for c in seed.conversations.values() if c.style == "multi-party")
     return windows(conv, 3, 1)[:2]
+
+
+def test_query_grammar_bounds_every_string_and_list(smollm2_dir):
+    """A looping query analysis cannot run to the token cap inside one string or list: the schema's bounds
+    reach the grammar vLLM decodes with (the patterned `time` included)."""
+    from transformers import AutoTokenizer
+
+    compiler = xg.GrammarCompiler(xg.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(smollm2_dir)))
+    grammar = compiler.compile_json_schema(
+        json.dumps(query_parse.json_schema()), any_whitespace=False, separators=(",", ":")
+    )
+    gold = json.dumps(seedlib.load(REPO / "data" / "seed").rows("questions", "test")[0]["query"], separators=(",", ":"))
+    assert _accepts(grammar, gold)
+    # vLLM answers 400 to a schema with a feature xgrammar lacks (uniqueItems, a pattern with a length bound)
+    from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features
+
+    assert not has_xgrammar_unsupported_json_features(query_parse.json_schema())
+    anchor = '{"query_anchor":"'
+    assert _accepts(grammar, anchor + "a" * query_parse.MAX_ANCHOR_CHARS)
+    assert not _accepts(grammar, anchor + "a" * (query_parse.MAX_ANCHOR_CHARS + 1))
+    dim = anchor + 'x","need_assistant_context":false,"dimension":{"target_memory_type":[],'
+    kws = dim + '"keywords":[' + ",".join(['"k"'] * query_parse.MAX_KEYWORDS)
+    assert _accepts(grammar, kws) and not _accepts(grammar, kws + ",")
+    assert not _accepts(grammar, dim + '"keywords":["' + "k" * (query_parse.MAX_KEYWORD_CHARS + 1))
+    time = dim + '"keywords":[],"time":"around '
+    assert _accepts(grammar, time + "1" * (query_parse.MAX_FIELD_CHARS - 7) + '"')
+    assert not _accepts(grammar, time + "1" * (query_parse.MAX_FIELD_CHARS - 6))
+    assert not _accepts(grammar, dim + '"keywords":[],"time":"yesterday"')  # the pattern still holds

@@ -38,8 +38,29 @@ class QueryAnalysis(BaseModel):
     answer_dim: AnswerDim = ""
 
 
+# Bounds for constrained decoding only, about twice the longest gold value (anchor 123 characters, 6 keywords
+# of up to 43, time 33, location 21): a schema without them lets a looping model write one string until the
+# token cap, which is then unparseable JSON.
+MAX_ANCHOR_CHARS = 240
+MAX_KEYWORDS = 8
+MAX_KEYWORD_CHARS = 60
+MAX_FIELD_CHARS = 80
+
+
 def json_schema() -> dict:
-    return inline_refs(QueryAnalysis.model_json_schema())
+    schema = inline_refs(QueryAnalysis.model_json_schema())
+    schema["properties"]["query_anchor"]["maxLength"] = MAX_ANCHOR_CHARS
+    dim = schema["properties"]["dimension"]["properties"]
+    dim["target_memory_type"]["maxItems"] = len(MEMORY_TYPES)
+    dim["keywords"]["maxItems"] = MAX_KEYWORDS
+    dim["keywords"]["items"]["maxLength"] = MAX_KEYWORD_CHARS
+    dim["location"]["maxLength"] = MAX_FIELD_CHARS
+    # xgrammar ignores maxLength beside a pattern, so the bound goes into the pattern itself
+    n = MAX_FIELD_CHARS - len("between  and ") - 2
+    dim["time"]["pattern"] = (
+        rf"^(?:|(?:on|before|after|around) \S.{{0,{MAX_FIELD_CHARS - 8}}}|between \S.{{0,{n // 2}}} and \S.{{0,{n // 2}}})$"
+    )
+    return schema
 
 
 TEACHER_SYSTEM = """\
