@@ -65,7 +65,15 @@ from memdistill.core.config import ConfigError
 from memdistill.core.io import JsonlError, load_jsonl, recover_log
 from memdistill.data import hygiene, synth
 from memdistill.data.sources import load
-from memdistill.data.teacher import Reply, Teacher, TeacherError, TeacherFatal, cost, settings_from_dict
+from memdistill.data.teacher import (
+    Reply,
+    Teacher,
+    TeacherError,
+    TeacherFatal,
+    cost,
+    settings_from_dict,
+    transport_rejection,
+)
 from memdistill.spec import TASKS, consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
 from memdistill.spec.dialogue import Conversation, Window, windows
 from memdistill.spec.jsonout import Problem, load_json
@@ -470,16 +478,7 @@ async def label_item(item: Item, t: Teacher, min_candidates: int) -> dict:
     except TeacherFatal:
         raise
     except TeacherError as e:
-        return rec | {
-            "status": "rejected",
-            "reasons": [f"transport_{e.code}"],
-            "detail": e.detail[:300],
-            "input": item.input,
-            "label": None,
-            "problems": [],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0},
-            "cached": False,
-        }
+        return rec | transport_rejection(e) | {"input": item.input, "label": None}
     reasons = _reasons(out)
     rec |= {
         "status": "rejected" if reasons else "ok",

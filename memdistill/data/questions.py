@@ -56,8 +56,17 @@ def locomo_questions(conv: Conversation, include_adversarial: bool = False) -> t
         bad = [e for e in ev if e not in turn_ids]
         if bad:
             notes.append(f"{qid}: evidence {bad} not in the conversation, dropped")
-        out.append(Question(qid, conv.conversation_id, str(item["question"]), asked, str(answer), cat,
-                            [e for e in ev if e in turn_ids]))
+        out.append(
+            Question(
+                qid,
+                conv.conversation_id,
+                str(item["question"]),
+                asked,
+                str(answer),
+                cat,
+                [e for e in ev if e in turn_ids],
+            )
+        )
     return out, notes
 
 
@@ -70,18 +79,37 @@ def longmemeval_question(conv: Conversation) -> Question:
         answer_sessions = set(m.get("answer_session_ids") or [])
         ev = [t.turn_id for s in conv.sessions if s.session_id in answer_sessions for t in s.turns]
     qd = parse_timestamp(m["question_date"]) if m.get("question_date") else None
-    return Question(conv.conversation_id, conv.conversation_id, str(m.get("question") or ""), qd,
-                    str(m.get("answer", "")), str(m.get("question_type") or "unknown"), ev)
+    return Question(
+        conv.conversation_id,
+        conv.conversation_id,
+        str(m.get("question") or ""),
+        qd,
+        str(m.get("answer", "")),
+        str(m.get("question_type") or "unknown"),
+        ev,
+    )
 
 
 def seed_questions(seed, split: str | None = "test") -> list[Question]:
     def turns(u):
-        return (seed.memory(u["current"])["source_turn_id"], seed.memory(u["replaced"])["source_turn_id"]) if u else None
+        return (
+            (seed.memory(u["current"])["source_turn_id"], seed.memory(u["replaced"])["source_turn_id"]) if u else None
+        )
 
-    return [Question(q["question_id"], q["conversation_id"], q["question"], parse_timestamp(q["question_date"]),
-                     str(q.get("answer", "")), q.get("category") or "unknown", list(q.get("evidence") or []),
-                     QueryAnalysis.model_validate(q["query"]) if q.get("query") else None, turns(q.get("update")))
-            for q in seed.rows("questions", split)]
+    return [
+        Question(
+            q["question_id"],
+            q["conversation_id"],
+            q["question"],
+            parse_timestamp(q["question_date"]),
+            str(q.get("answer", "")),
+            q.get("category") or "unknown",
+            list(q.get("evidence") or []),
+            QueryAnalysis.model_validate(q["query"]) if q.get("query") else None,
+            turns(q.get("update")),
+        )
+        for q in seed.rows("questions", split)
+    ]
 
 
 def load_questions(fmt: str, path, split: str = "test", include_adversarial: bool = False):

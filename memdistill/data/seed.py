@@ -35,13 +35,28 @@ SPLITS = ("train", "dev", "test")
 STYLES = ("multi-party", "user-assistant")
 CATEGORIES = {
     "multi-party": ("single-hop", "multi-hop", "temporal", "open-domain"),
-    "user-assistant": ("single-session-user", "single-session-assistant", "single-session-preference",
-                       "multi-session", "knowledge-update", "temporal-reasoning"),
+    "user-assistant": (
+        "single-session-user",
+        "single-session-assistant",
+        "single-session-preference",
+        "multi-session",
+        "knowledge-update",
+        "temporal-reasoning",
+    ),
 }
 # What the issue asks of the corpus; check() reports shortfalls as errors.
-MINIMUMS = {"conversations": 40, "multi-party": 20, "user-assistant": 20, "memories": 800, "types": 500,
-            "questions": 200, "answered multi-party questions": 100, "gate": 150, "consolidation pairs": 400,
-            "knowledge-update questions": 40}
+MINIMUMS = {
+    "conversations": 40,
+    "multi-party": 20,
+    "user-assistant": 20,
+    "memories": 800,
+    "types": 500,
+    "questions": 200,
+    "answered multi-party questions": 100,
+    "gate": 150,
+    "consolidation pairs": 400,
+    "knowledge-update questions": 40,
+}
 PAIR_ORIGINS = ("cascade", "change", "restated", "hard_negative", "related")
 GATE_CANDIDATES = (10, 30)
 
@@ -98,11 +113,19 @@ def load(seed_dir=SEED_DIR) -> Seed:
     d = Path(seed_dir)
     convs = {c.conversation_id: c for c in load_seed(d / "conversations.jsonl")}
     split = {c.conversation_id: c.meta.get("split") for c in convs.values()}
-    return Seed(convs, split, _rows(d / "memories.jsonl"), _rows(d / "types.jsonl"),
-                _rows(d / "questions.jsonl"), _rows(d / "gate.jsonl"), _rows(d / "consolidation.jsonl"))
+    return Seed(
+        convs,
+        split,
+        _rows(d / "memories.jsonl"),
+        _rows(d / "types.jsonl"),
+        _rows(d / "questions.jsonl"),
+        _rows(d / "gate.jsonl"),
+        _rows(d / "consolidation.jsonl"),
+    )
 
 
 # --- validation ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Report:
@@ -165,14 +188,26 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
 
 def _counts(seed: Seed) -> Counter:
     styles = Counter(c.style for c in seed.conversations.values())
-    return Counter({"conversations": len(seed.conversations), **styles, "memories": len(seed.memories),
-                    "types": len(seed.types), "questions": len(seed.questions), "gate": len(seed.gate),
-                    "consolidation pairs": len(seed.pairs),
-                    "knowledge-update questions": sum(1 for q in seed.questions if q.get("update")),
-                    "answered multi-party questions": sum(
-                        1 for q in seed.questions if q.get("answer") and q.get("evidence")
-                        and seed.conversations.get(q["conversation_id"]) is not None
-                        and seed.conversations[q["conversation_id"]].style == "multi-party")})
+    return Counter(
+        {
+            "conversations": len(seed.conversations),
+            **styles,
+            "memories": len(seed.memories),
+            "types": len(seed.types),
+            "questions": len(seed.questions),
+            "gate": len(seed.gate),
+            "consolidation pairs": len(seed.pairs),
+            "knowledge-update questions": sum(1 for q in seed.questions if q.get("update")),
+            "answered multi-party questions": sum(
+                1
+                for q in seed.questions
+                if q.get("answer")
+                and q.get("evidence")
+                and seed.conversations.get(q["conversation_id"]) is not None
+                and seed.conversations[q["conversation_id"]].style == "multi-party"
+            ),
+        }
+    )
 
 
 def _check_conversations(seed: Seed, rep: Report):
@@ -229,7 +264,9 @@ def _check_memories(seed: Seed, rep: Report):
             rep.errors.append(f"{where}: {e.args[0]}")
             continue
         if m.get("source_speaker") and m["source_speaker"] != turn.speaker:
-            rep.errors.append(f"{where}: source_speaker {m['source_speaker']!r} but turn {turn.turn_id} is {turn.speaker!r}")
+            rep.errors.append(
+                f"{where}: source_speaker {m['source_speaker']!r} but turn {turn.turn_id} is {turn.speaker!r}"
+            )
         try:
             dim = Dimension.model_validate_json(json.dumps(m["dimension"]))
         except ValidationError as e:
@@ -240,14 +277,20 @@ def _check_memories(seed: Seed, rep: Report):
         if (why := time_problem(dim.time)) is not None:
             rep.errors.append(f"{where}: time {dim.time!r}: {why}")
         elif dim.time and not m.get("is_plan") and time_bounds(dim.time)[0] > turn.timestamp.date():
-            rep.errors.append(f"{where}: time {dim.time} is after its source message ({turn.timestamp.date()}) "
-                              "and the record is not a plan")
+            rep.errors.append(
+                f"{where}: time {dim.time} is after its source message ({turn.timestamp.date()}) "
+                "and the record is not a plan"
+            )
 
 
 def _check_types(seed: Seed, rep: Report):
     for where, s in _numbered(seed.types, "types.jsonl", "snippet_id", rep):
         labels = s.get("labels")
-        if not isinstance(labels, list) or any(lab not in memory_type.LABELS for lab in labels) or len(set(labels)) != len(labels):
+        if (
+            not isinstance(labels, list)
+            or any(lab not in memory_type.LABELS for lab in labels)
+            or len(set(labels)) != len(labels)
+        ):
             rep.errors.append(f"{where}: labels {labels!r} must be distinct items of {memory_type.LABELS}")
         if not str(s.get("text", "")).strip():
             rep.errors.append(f"{where}: empty text")
@@ -313,7 +356,7 @@ def _check_update(seed: Seed, q: dict, where: str, rep: Report):
     the pair must be labelled SUPERSEDE in consolidation.jsonl."""
     u = q["update"]
     if not isinstance(u, dict) or set(u) != {"current", "replaced"}:
-        rep.errors.append(f"{where}: update must be {{\"current\": memory id, \"replaced\": memory id}}")
+        rep.errors.append(f'{where}: update must be {{"current": memory id, "replaced": memory id}}')
         return
     try:
         _, i_new = seed.stored(q["conversation_id"], u["current"])
@@ -325,9 +368,13 @@ def _check_update(seed: Seed, q: dict, where: str, rep: Report):
         rep.errors.append(f"{where}: update: current {u['current']} is not stated after replaced {u['replaced']}")
     if u["current"] not in (q.get("evidence_memory_ids") or []):
         rep.errors.append(f"{where}: update: current {u['current']} is not among evidence_memory_ids")
-    if not any(p.get("new") == u["current"] and p.get("existing") == u["replaced"] and p.get("action") == "SUPERSEDE"
-               for p in seed.pairs):
-        rep.errors.append(f"{where}: update: no SUPERSEDE pair ({u['current']} over {u['replaced']}) in consolidation.jsonl")
+    if not any(
+        p.get("new") == u["current"] and p.get("existing") == u["replaced"] and p.get("action") == "SUPERSEDE"
+        for p in seed.pairs
+    ):
+        rep.errors.append(
+            f"{where}: update: no SUPERSEDE pair ({u['current']} over {u['replaced']}) in consolidation.jsonl"
+        )
 
 
 def check_pairs(seed: Seed, rows: list[dict], file: str, rep: Report):
@@ -420,15 +467,31 @@ def _stats(seed: Seed, rep: Report):
     def row(name, fn):
         return [name] + [fn(s) for s in SPLITS] + [fn(None)]
 
-    convs = lambda s, style=None: sum(1 for c, v in seed.conversations.items()  # noqa: E731
-                                      if (s is None or seed.split[c] == s) and (style is None or v.style == style))
-    turns = lambda s: sum(len(c.turns) for cid, c in seed.conversations.items() if s is None or seed.split[cid] == s)  # noqa: E731
-    rep.table("Counts per split", ["file"] + cols, [
-        row("conversations", convs), row("  multi-party", lambda s: convs(s, "multi-party")),
-        row("  user-assistant", lambda s: convs(s, "user-assistant")), row("turns", turns),
-        row("memories", lambda s: len(seed.rows("memories", s))), row("types", lambda s: len(seed.rows("types", s))),
-        row("questions", lambda s: len(seed.rows("questions", s))), row("gate", lambda s: len(seed.rows("gate", s))),
-        row("consolidation pairs", lambda s: len(seed.rows("pairs", s)))])
+    def convs(s, style=None):
+        return sum(
+            1
+            for c, v in seed.conversations.items()
+            if (s is None or seed.split[c] == s) and (style is None or v.style == style)
+        )
+
+    def turns(s):
+        return sum(len(c.turns) for cid, c in seed.conversations.items() if s is None or seed.split[cid] == s)
+
+    rep.table(
+        "Counts per split",
+        ["file"] + cols,
+        [
+            row("conversations", convs),
+            row("  multi-party", lambda s: convs(s, "multi-party")),
+            row("  user-assistant", lambda s: convs(s, "user-assistant")),
+            row("turns", turns),
+            row("memories", lambda s: len(seed.rows("memories", s))),
+            row("types", lambda s: len(seed.rows("types", s))),
+            row("questions", lambda s: len(seed.rows("questions", s))),
+            row("gate", lambda s: len(seed.rows("gate", s))),
+            row("consolidation pairs", lambda s: len(seed.rows("pairs", s))),
+        ],
+    )
 
     def dist(title, kind, key_fn, keys):
         rows = []
@@ -438,26 +501,58 @@ def _stats(seed: Seed, rep: Report):
         rep.table(title, ["label"] + cols, rows + [total])
 
     dist("memory_type", "memories", lambda m: [m["dimension"]["memory_type"]], ["fact", "episodic", "profile"])
-    dist("Memory dimensions filled", "memories", lambda m: [k for k in ("time", "location", "reason", "purpose")
-                                                            if m["dimension"].get(k)], ["time", "location", "reason", "purpose"])
-    dist("TriMEM labels (types.jsonl)", "types",
-         lambda t: t["labels"] + (["none"] if not t["labels"] else []) + (["multi-label"] if len(t["labels"]) > 1 else []),
-         ["EM", "PM", "GM", "none", "multi-label"])
+    dist(
+        "Memory dimensions filled",
+        "memories",
+        lambda m: [k for k in ("time", "location", "reason", "purpose") if m["dimension"].get(k)],
+        ["time", "location", "reason", "purpose"],
+    )
+    dist(
+        "TriMEM labels (types.jsonl)",
+        "types",
+        lambda t: (
+            t["labels"] + (["none"] if not t["labels"] else []) + (["multi-label"] if len(t["labels"]) > 1 else [])
+        ),
+        ["EM", "PM", "GM", "none", "multi-label"],
+    )
     dist("Recall-plan complexity", "questions", lambda q: [q["plan"]["complexity"]], list(BUDGETS))
     cats = [c for cs in CATEGORIES.values() for c in cs]
     dist("Question categories", "questions", lambda q: [q.get("category")], cats)
-    dist("Query analysis", "questions", lambda q: (["need_assistant_context"] if q["query"]["need_assistant_context"] else [])
-         + [f"answer_dim={q['query']['answer_dim'] or '(reasoning)'}"],
-         ["need_assistant_context"] + [f"answer_dim={a}" for a in ("content", "time", "location", "reason", "purpose", "keywords", "(reasoning)")])
+    dist(
+        "Query analysis",
+        "questions",
+        lambda q: (
+            (["need_assistant_context"] if q["query"]["need_assistant_context"] else [])
+            + [f"answer_dim={q['query']['answer_dim'] or '(reasoning)'}"]
+        ),
+        ["need_assistant_context"]
+        + [f"answer_dim={a}" for a in ("content", "time", "location", "reason", "purpose", "keywords", "(reasoning)")],
+    )
     if seed.pairs:
-        dist("Consolidation pairs (consolidation.jsonl)", "pairs", lambda p: [p["action"], f"origin={p['origin']}"]
-             + (["inline new record"] if isinstance(p["new"], dict) else []),
-             [*consolidation.ACTIONS, *(f"origin={o}" for o in PAIR_ORIGINS), "inline new record"])
+        dist(
+            "Consolidation pairs (consolidation.jsonl)",
+            "pairs",
+            lambda p: (
+                [p["action"], f"origin={p['origin']}"] + (["inline new record"] if isinstance(p["new"], dict) else [])
+            ),
+            [*consolidation.ACTIONS, *(f"origin={o}" for o in PAIR_ORIGINS), "inline new record"],
+        )
         dist("Knowledge-update questions", "questions", lambda q: ["update"] if q.get("update") else [], ["update"])
     if seed.gate:
-        rep.table("Gate examples", ["complexity", "examples", "mean candidates", "mean kept"], [
-            [c, len(g), round(sum(len(x["candidates"]) for x in g) / len(g), 1), round(sum(len(x["kept_ids"]) for x in g) / len(g), 1)]
-            for c in BUDGETS if (g := [x for x in seed.gate if x["complexity"] == c])])
+        rep.table(
+            "Gate examples",
+            ["complexity", "examples", "mean candidates", "mean kept"],
+            [
+                [
+                    c,
+                    len(g),
+                    round(sum(len(x["candidates"]) for x in g) / len(g), 1),
+                    round(sum(len(x["kept_ids"]) for x in g) / len(g), 1),
+                ]
+                for c in BUDGETS
+                if (g := [x for x in seed.gate if x["complexity"] == c])
+            ],
+        )
 
 
 # --- gate examples ------------------------------------------------------------------------------
@@ -480,11 +575,16 @@ def build_gate(seed: Seed, rng_seed: int = 13) -> list[dict]:
             continue
         qwords = set(_WORD.findall(q["question"].lower())) - recall_plan._STOP
         others = [m for m in seed.memories_of(q["conversation_id"]) if m not in evid]
-        overlap = lambda m: len(qwords & set(_WORD.findall(m["content"].lower())))  # noqa: E731
+
+        def overlap(m, qwords=qwords):
+            return len(qwords & set(_WORD.findall(m["content"].lower())))
+
         hard = sorted((m for m in others if overlap(m)), key=lambda m: (-overlap(m), m["memory_id"]))
         rest = [m for m in others if not overlap(m)]
         rng.shuffle(rest)
-        n_total = min(GATE_CANDIDATES[1], max(GATE_CANDIDATES[0], len(evid) + rng.randint(9, 19)), len(evid) + len(others))
+        n_total = min(
+            GATE_CANDIDATES[1], max(GATE_CANDIDATES[0], len(evid) + rng.randint(9, 19)), len(evid) + len(others)
+        )
         if n_total < GATE_CANDIDATES[0]:
             continue
         n_hard = min(len(hard), (n_total - len(evid)) * 2 // 3)
@@ -493,9 +593,17 @@ def build_gate(seed: Seed, rng_seed: int = 13) -> list[dict]:
         keep_ids = {m["memory_id"] for m in evid}
         cands = [{"id": i, "memory_id": m["memory_id"], "content": m["content"]} for i, m in enumerate(pool, 1)]
         kept = [c["id"] for c in cands if c["memory_id"] in keep_ids][: BUDGETS[q["plan"]["complexity"]]]
-        out.append({"gate_id": q["question_id"], "conversation_id": q["conversation_id"], "question": q["question"],
-                    "question_date": q["question_date"], "complexity": q["plan"]["complexity"],
-                    "candidates": cands, "kept_ids": kept})
+        out.append(
+            {
+                "gate_id": q["question_id"],
+                "conversation_id": q["conversation_id"],
+                "question": q["question"],
+                "question_date": q["question_date"],
+                "complexity": q["plan"]["complexity"],
+                "candidates": cands,
+                "kept_ids": kept,
+            }
+        )
     return out
 
 

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from memdistill.core.config import ConfigError, from_mapping
 from memdistill.core.io import append_jsonl, read_jsonl, recover_log, write_jsonl
-from memdistill.data.teacher import Teacher, TeacherError, TeacherFatal, TeacherSettings
+from memdistill.data.teacher import Teacher, TeacherError, TeacherFatal, TeacherSettings, transport_rejection
 from memdistill.spec import dialogue_synthesis as ds
 
 SYNTH_FORMAT = "persona-synth"
@@ -162,14 +162,7 @@ async def write_one(cid: str, req: ds.Request, key: str, t: Teacher, max_tokens:
     except TeacherFatal:
         raise
     except TeacherError as e:
-        return rec | {
-            "status": "rejected",
-            "reasons": [f"transport_{e.code}"],
-            "detail": e.detail[:300],
-            "problems": [],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0},
-            "cached": False,
-        }
+        return rec | transport_rejection(e)
     res = ds.parse(r.text, req)
     reasons = {p.code for p in res.problems if p.code in ds.HARD}
     reasons = sorted(reasons | {"teacher_max_tokens"} if r.finish_reason == "length" else reasons)

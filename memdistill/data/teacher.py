@@ -33,7 +33,6 @@ import json
 import random
 import sqlite3
 import time
-import typing
 from collections import Counter
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -62,7 +61,9 @@ class TeacherSettings:
     max_retries: int = 6
     backoff_s: float = 1.0  # full-jitter back-off: uniform(0, min(backoff_max_s, backoff_s * 2**attempt))
     backoff_max_s: float = 60.0
-    retry_after_max_s: float = 300.0  # a Retry-After beyond this is capped (a misbehaving proxy must not stall the job for a day)
+    retry_after_max_s: float = (
+        300.0  # a Retry-After beyond this is capped (a misbehaving proxy must not stall the job for a day)
+    )
     max_tokens: int = 4096  # extraction; the short-answer jobs use their own smaller caps
     temperature: float = 0.0
     price_input_per_1m: float = 0.0  # USD per million prompt tokens, for the cost estimate
@@ -93,6 +94,19 @@ class TeacherError(Exception):
         self.code, self.detail = code, detail
 
 
+def transport_rejection(e: TeacherError) -> dict:
+    """The log fields of an item whose request failed for good: nothing was paid, so a rerun with
+    retry_transport asks again."""
+    return {
+        "status": "rejected",
+        "reasons": [f"transport_{e.code}"],
+        "detail": e.detail[:300],
+        "problems": [],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+        "cached": False,
+    }
+
+
 class TeacherFatal(TeacherError):
     """Every request would fail the same way (bad key, wrong model or URL): stop the job."""
 
@@ -117,10 +131,16 @@ class Stats:
     failures: Counter = field(default_factory=Counter)  # requests given up, by code
 
     def to_json(self, s: TeacherSettings) -> dict:
-        return {"requests": self.requests, "retries": self.retries, "cache_hits": self.cache_hits,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "cost_usd": round(cost(s, self.prompt_tokens, self.completion_tokens), 6),
-                "retry_codes": dict(self.retry_codes), "failures": dict(self.failures)}
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "cache_hits": self.cache_hits,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": round(cost(s, self.prompt_tokens, self.completion_tokens), 6),
+            "retry_codes": dict(self.retry_codes),
+            "failures": dict(self.failures),
+        }
 
 
 def cost(s: TeacherSettings, prompt_tokens: int, completion_tokens: int) -> float:
@@ -201,8 +221,10 @@ class Teacher:
     async def __aenter__(self) -> "Teacher":
         n = self.s.concurrency
         self._sem = asyncio.Semaphore(n)
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.s.timeout_s),
-                                       limits=httpx.Limits(max_connections=n * len(self._eps), max_keepalive_connections=n))
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.s.timeout_s),
+            limits=httpx.Limits(max_connections=n * len(self._eps), max_keepalive_connections=n),
+        )
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -214,8 +236,9 @@ class Teacher:
 
     def request_body(self, messages: list[dict], schema: dict | None, name: str, max_tokens: int | None) -> dict:
         s = self.s
-        kwargs = chat_request(messages, s.model, max_tokens or s.max_tokens,
-                              schema if s.structured == "json_schema" else None, name)
+        kwargs = chat_request(
+            messages, s.model, max_tokens or s.max_tokens, schema if s.structured == "json_schema" else None, name
+        )
         body = {k: v for k, v in kwargs.items() if k != "extra_body"}
         body["temperature"] = s.temperature
         if s.qwen3_no_think:
@@ -224,8 +247,9 @@ class Teacher:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    async def complete(self, messages: list[dict], schema: dict | None = None, name: str = "output",
-                       max_tokens: int | None = None) -> Reply:
+    async def complete(
+        self, messages: list[dict], schema: dict | None = None, name: str = "output", max_tokens: int | None = None
+    ) -> Reply:
         body = self.request_body(messages, schema, name, max_tokens)
         key = cache_key(body)
         hit = self.cache.get(key)
@@ -269,7 +293,8 @@ class Teacher:
                 self.stats.requests += 1
                 try:
                     r = await asyncio.wait_for(
-                        self._http.post(f"{ep.url}/chat/completions", json=body, headers=self._headers), s.timeout_s)
+                        self._http.post(f"{ep.url}/chat/completions", json=body, headers=self._headers), s.timeout_s
+                    )
                     err = None
                 except (asyncio.TimeoutError, httpx.TimeoutException):
                     err = TeacherError("timeout", f"no complete answer within {s.timeout_s:g} s")
@@ -287,7 +312,9 @@ class Teacher:
                 else:
                     detail = self.redact(r.text[:300])
                     if r.status_code in FATAL_STATUS:
-                        raise TeacherFatal(f"http_{r.status_code}", f"{detail} (check model, base_urls and api_key_env)")
+                        raise TeacherFatal(
+                            f"http_{r.status_code}", f"{detail} (check model, base_urls and api_key_env)"
+                        )
                     err = TeacherError(f"http_{r.status_code}", detail)
                     if not (r.status_code in RETRY_STATUS or r.status_code >= 500):
                         self.stats.failures[err.code] += 1
@@ -298,16 +325,19 @@ class Teacher:
                 raise err
             self.stats.retries += 1
             self.stats.retry_codes[err.code] += 1
-            await asyncio.sleep(max(wait_at_least, random.uniform(0, min(s.backoff_max_s, s.backoff_s * 2 ** attempt))))
+            await asyncio.sleep(max(wait_at_least, random.uniform(0, min(s.backoff_max_s, s.backoff_s * 2**attempt))))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _reply(self, r: httpx.Response) -> Reply:
         data = r.json()
         choice = data["choices"][0]
         usage = data.get("usage") or {}
-        reply = Reply(text=choice["message"].get("content") or "", finish_reason=choice.get("finish_reason"),
-                      prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                      completion_tokens=int(usage.get("completion_tokens") or 0))
+        reply = Reply(
+            text=choice["message"].get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
         self.stats.prompt_tokens += reply.prompt_tokens
         self.stats.completion_tokens += reply.completion_tokens
         return reply
