@@ -622,6 +622,7 @@ def build_from_teacher(cfg: DataConfig) -> dict:
 def main(argv=None) -> int:
     from memdistill.data.hygiene import EvalOverlap
     from memdistill.data.label import TeacherShortfall
+    from memdistill.data.synth import SynthError
     from memdistill.data.teacher import TeacherFatal
 
     try:
@@ -629,7 +630,7 @@ def main(argv=None) -> int:
     except TeacherFatal as e:
         print(f"memdistill data: the teacher refused every request: {e}", file=sys.stderr)
         return 1
-    except (EvalOverlap, TeacherShortfall) as e:
+    except (EvalOverlap, TeacherShortfall, SynthError) as e:
         print(f"memdistill data: {e}", file=sys.stderr)
         return 1
     for job, js in stats.get("labelling", {}).get("jobs", {}).items():
