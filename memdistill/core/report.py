@@ -13,6 +13,12 @@ def md_table(header: list, rows: list[list]) -> list[str]:
     ]
 
 
+def ci_cell(value, ci, spec: str = "", ci_spec: str | None = None) -> str:
+    """A figure with its 95% interval, `value [lo, hi]`, the way every report prints one."""
+    ci_spec = spec if ci_spec is None else ci_spec
+    return f"{value:{spec}} [{ci[0]:{ci_spec}}, {ci[1]:{ci_spec}}]"
+
+
 def flat(d: dict, prefix: str = "") -> dict:
     """{"a": {"b": 1}} -> {"a.b": 1}"""
     out = {}

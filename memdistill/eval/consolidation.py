@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
-from memdistill.core.report import grouped_bars, md_table, print_report
+from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
 from memdistill.data.questions import load_questions
 from memdistill.metrics.recall import evidence_coverage
 from memdistill.metrics.stats import bootstrap_ci
@@ -233,8 +233,7 @@ def _ci(s: dict, key: str) -> str:
     """A rate with its 95% bootstrap interval over questions ('-' when no question has one)."""
     if s[key] is None:
         return "-"
-    lo, hi = s[f"{key}_ci95"]
-    return f"{s[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+    return ci_cell(s[key], s[f"{key}_ci95"], ".3f", ".2f")
 
 
 def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalConfig) -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memdistill.core.config import ConfigError, job_config
-from memdistill.core.report import md_table, print_report, pyplot, save_figure
+from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
 from memdistill.data.questions import Question, load_questions
 from memdistill.metrics.recall import RecallScores, TokenCounter
 from memdistill.metrics.stats import bootstrap_ci
@@ -669,8 +669,7 @@ def run(cfg: E2EConfig) -> Path:
 
 def _ci(summ: dict, key: str) -> str:
     """A rate with its interval, e.g. '0.62 [0.48, 0.75]'."""
-    lo, hi = summ[f"{key}_ci95"]
-    return f"{summ[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+    return ci_cell(summ[key], summ[f"{key}_ci95"], ".3f", ".2f")
 
 
 FUSION_TEXT = {

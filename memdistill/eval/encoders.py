@@ -46,7 +46,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from memdistill.core.config import ConfigError, from_mapping, job_config
-from memdistill.core.report import draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
+from memdistill.core.report import ci_cell, draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
 from memdistill.metrics.encoders import consolidator_scores, gate_examples, gate_scores, planner_scores, router_scores
 from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
@@ -408,8 +408,7 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
 
 def _ci(s: dict, key: str, scale: float = 1, digits: int = 4) -> str:
     """A figure with its interval: `value [low, high]`."""
-    lo, hi = s[f"{key}_ci95"]
-    return f"{s[key] * scale:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
+    return ci_cell(s[key] * scale, [x * scale for x in s[f"{key}_ci95"]], f".{digits}f")
 
 
 def _trivial(name: str, figures: list[float], width: int) -> list[str]:

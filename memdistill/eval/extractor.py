@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from memdistill.core.config import job_config
 from memdistill.core.embedder import Embedder
-from memdistill.core.report import grouped_bars, md_table, print_report
+from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
 from memdistill.data import seed as seedlib
 from memdistill.metrics.extraction import ExtractionScores, query_scores
 from memdistill.spec import extraction, query_parse
@@ -286,7 +286,7 @@ fills nothing and is wrong wherever it is scored.
 def cell(summary: dict, key: str) -> str:
     """value [lo, hi] for a rate; value alone for a count."""
     ci = summary.get(f"{key}_ci95")
-    return f"{summary[key]} [{ci[0]}, {ci[1]}]" if ci else str(summary[key])
+    return ci_cell(summary[key], ci) if ci else str(summary[key])
 
 
 def headline(summary: dict, cols: list[str]) -> dict:

@@ -36,7 +36,7 @@ from memdistill.core.config import ConfigError, job_config
 from memdistill.core.embedder import Embedder
 from memdistill.core.io import recover_log, write_json
 from memdistill.core.models import model_path, trained_windows
-from memdistill.core.report import md_table, print_report, pyplot, save_figure
+from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
 from memdistill.data.label import ALWAYS_REJECT
 from memdistill.data.sources import load
 from memdistill.data.teacher import Teacher, TeacherError, settings_from_dict
@@ -353,8 +353,8 @@ def write_report(out: Path, r: dict, cfg: FidelityConfig) -> None:
         if r["reference"] == "endpoint"
         else f"from {r['teacher']['labels_file']}"
     )
-    fmt = lambda d: f"{d['rate']} [{d['ci95'][0]}, {d['ci95'][1]}]" if d else "n/a (labels file keeps no reply text)"  # noqa: E731
-    per = lambda d: f"{d['mean']} [{d['ci95'][0]}, {d['ci95'][1]}]"  # noqa: E731
+    fmt = lambda d: ci_cell(d["rate"], d["ci95"]) if d else "n/a (labels file keeps no reply text)"  # noqa: E731
+    per = lambda d: ci_cell(d["mean"], d["ci95"])  # noqa: E731
     lines = [
         f"# Student-vs-teacher fidelity: {r['student_label']} against {teacher}",
         "",
