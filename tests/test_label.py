@@ -454,9 +454,10 @@ def test_a_teacher_that_never_answers_stops_the_command_with_exit_1(tmp_path, mo
         f"teacher job extraction: 0 of {n_items} items labelled ok (0%), below min_ok_share 0.5; endpoint {url}" in err
     )
     assert "requests whose retries ran out: transport_connection " in err and "Connect" in err
-    assert f"stopped after the first {label.NO_ANSWER_STOP} items of this run got no answer" in err
     rows = _labels(tmp_path / "out", "extraction")
-    assert label.NO_ANSWER_STOP <= len(rows) < n_items  # the job stopped early; what it did is on disk
+    # requests in flight when the 16th failure came back still finish: at most `concurrency - 1` more
+    assert label.NO_ANSWER_STOP <= len(rows) < label.NO_ANSWER_STOP + 8 < n_items
+    assert f"stopped after the first {len(rows)} items of this run got no answer" in err
     assert {tuple(r["reasons"]) for r in rows} == {("transport_connection",)}
     assert f"retry_transport=true asks again for the {len(rows)} items whose retries ran out" in err
     assert not (tmp_path / "out" / "extractor").exists()  # no gold-only training sets passed off as a build

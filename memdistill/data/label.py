@@ -93,10 +93,6 @@ class TeacherShortfall(RuntimeError):
     answers do not parse. The labels received are kept; a rerun resumes."""
 
 
-class _NoAnswer(Exception):
-    pass
-
-
 @dataclass
 class SourceConv:
     source: str  # the source's name, e.g. "locomo:locomo10"
@@ -556,9 +552,15 @@ async def run_job(
         total=len(todo), desc=f"teacher {job}", unit="item", disable=not progress, mininterval=0.5, smoothing=0.1
     )
     queue = iter(todo)
+    # Stopping is a flag, not a cancellation: requests already in flight finish and are logged, so the count
+    # in the message is exactly what reached labels.jsonl (a cancelled fsync thread would still write).
+    no_answer = False
 
     async def worker():
+        nonlocal no_answer
         for item in queue:  # one shared iterator: asyncio runs one worker at a time between awaits
+            if no_answer:
+                return
             rec = await label_item(item, t, min_candidates)
             await asyncio.to_thread(log.append, rec)  # the fsync waits in a thread, not in the event loop
             counts[rec["status"]] += 1
@@ -571,19 +573,19 @@ async def run_job(
                 refresh=False,
             )
             if counts["transport"] >= NO_ANSWER_STOP and counts["transport"] == counts["ok"] + counts["rejected"]:
-                raise _NoAnswer
+                no_answer = True
 
     tasks = [asyncio.create_task(worker()) for _ in range(min(t.s.concurrency, len(todo)))]
     stopped = None
     try:
         await asyncio.gather(*tasks)
-    except BaseException as e:
+        if no_answer:
+            stopped = f"stopped after the first {counts['transport']} items of this run got no answer"
+    except BaseException:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if not isinstance(e, _NoAnswer):
-            raise
-        stopped = f"stopped after the first {counts['transport']} items of this run got no answer"
+        raise
     finally:
         bar.close()
         log.close()
