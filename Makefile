@@ -15,6 +15,7 @@
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
 #   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
+#   make eval-mem0       mem0's own add() / search(): its prompt on the untrained model vs the front over the trained extractor
 #   make eval-fidelity   the merged extractor against a teacher on the gold test split, no gold used (runs/eval-fidelity)
 #   make eval-encoders   router / planner / gate / consolidator vs the served LM and rules on the test split
 #   make eval-consolidation  banks consolidated as records arrive, knowledge-update ranking (runs/eval-consolidation)
@@ -87,6 +88,10 @@ eval-e2e: setup models
 
 eval-encoders: setup models data
 	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
+
+.PHONY: eval-mem0
+eval-mem0: setup models
+	$(PY) -m memdistill eval-mem0 --config $(or $(MEM0_CONFIG),configs/eval/mem0_cpu.yaml) $(ARGS)
 
 .PHONY: eval-fidelity
 eval-fidelity: setup models

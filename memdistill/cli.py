@@ -13,8 +13,10 @@ memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-fidelity --config configs/eval/fidelity_cpu.yaml [key=value ...]
 memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
 memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
+memdistill eval-mem0 --config configs/eval/mem0_cpu.yaml [key=value ...]
 memdistill ablate --config configs/eval/ablate_extractor_cpu.yaml [key=value ...]
 memdistill serve --config configs/serving/cpu.yaml [key=value ...]
+memdistill front [--config FILE] [key=value ...]          (started by `serve`; alone over any served extractor)
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 
@@ -170,8 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
             "banks consolidated as records arrive: update efficiency, knowledge-update ranking, recall",
             _job("memdistill.eval.consolidation"),
         ),
+        (
+            "eval-mem0",
+            "mem0's own add() / search() on the gold test split: its prompt vs the compatibility front vs raw messages",
+            _job("memdistill.eval.mem0_compat"),
+        ),
         ("ablate", "extractor variants built, trained and evaluated side by side", _job("memdistill.eval.ablate")),
         ("serve", "serve the models behind an OpenAI-compatible endpoint (vLLM)", _job("memdistill.serve.server")),
+        ("front", "the mem0 compatibility front alone, over a served extractor", _job("memdistill.serve.front")),
     ]
     for name, help_, func in jobs:
         j = sub.add_parser(name, help=help_, add_help=False)
@@ -199,7 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):
+    """SIGTERM (a process manager, `kill`) unwinds like Ctrl-C: every `finally` and context manager runs, so
+    the servers a job started are stopped, not orphaned. A second TERM while stopping is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = None
     try:

@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MEM0_TELEMETRY", "False")  # mem0 phones home at import otherwise; these machines are offline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVED_WINDOWS = {"multi-party": [[5, 1]], "user-assistant": [[4, 1]]}  # the metadata of the session server's model

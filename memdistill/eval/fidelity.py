@@ -42,7 +42,7 @@ from memdistill.data.sources import load
 from memdistill.data.teacher import Teacher, TeacherError, settings_from_dict
 from memdistill.eval.extractor import EvalConfig, cell, evaluate_model, test_items
 from memdistill.metrics.extraction import ExtractionScores, schema_valid
-from memdistill.metrics.stats import bootstrap_ci
+from memdistill.metrics.stats import mean_ci, rate_ci
 from memdistill.spec import extraction
 from memdistill.spec.dialogue import first_windows, interleaved, windows
 
@@ -212,17 +212,6 @@ class _Reference:
         return self.by[(window.conversation_id, window.window_index)]
 
 
-def _mean_ci(values: list[float]) -> dict:
-    n = len(values)
-    mean = sum(values) / n if n else 0.0
-    return {"mean": round(mean, 4), "ci95": bootstrap_ci(lambda idx: sum(values[i] for i in idx) / len(idx), n)}
-
-
-def _rate(flags: list[bool]) -> dict:
-    out = _mean_ci([float(f) for f in flags])
-    return {"rate": out["mean"], "ci95": out["ci95"], "n": len(flags)}
-
-
 def run(cfg: FidelityConfig) -> Path:
     if (cfg.teacher is None) == (cfg.teacher_labels is None):
         raise ConfigError("set exactly one of teacher (an endpoint) and teacher_labels (a labelling job's labels)")
@@ -272,16 +261,16 @@ def run(cfg: FidelityConfig) -> Path:
         "windows": len(wins),
         "scored_windows": len(sw),
         "student_vs_teacher": vs_teacher,
-        "teacher_usable_rate": _rate([t.records is not None for t in touts]),
+        "teacher_usable_rate": rate_ci([t.records is not None for t in touts]),
         # a labels file keeps the parsed records, not the reply text: the teacher's schema validity is unknown there
-        "teacher_schema_valid_rate": _rate([schema_valid(t.raw) for t in touts]) if cfg.teacher is not None else None,
+        "teacher_schema_valid_rate": rate_ci([schema_valid(t.raw) for t in touts]) if cfg.teacher is not None else None,
         "student_schema_valid_rate": {
             "rate": vs_teacher["schema_valid_rate"],
             "ci95": vs_teacher["schema_valid_rate_ci95"],
             "n": len(sw),
         },
-        "teacher_records_per_window": _mean_ci([float(len(t.records)) for t in st]),
-        "student_records_per_window": _mean_ci([float(r["n_pred"]) for r in rows]),
+        "teacher_records_per_window": mean_ci([float(len(t.records)) for t in st]),
+        "student_records_per_window": mean_ci([float(r["n_pred"]) for r in rows]),
         "generation_seconds": metrics["generation_seconds"],
     }
     if seed is not None and cfg.gold:

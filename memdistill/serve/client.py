@@ -144,6 +144,7 @@ class MemoryModels:
         self.max_concurrency, self.qwen3_no_think = max_concurrency, qwen3_no_think
         self._windows = windows if windows is not None else (trained_windows(model_dir) if model_dir else None)
         self._windows_known = windows is not None or model_dir is not None
+        self._root: str | None = None
 
     # --- transport ----------------------------------------------------------------------------
 
@@ -181,12 +182,19 @@ class MemoryModels:
         """The extractor's training windows ({style: [[W, O], ...]}), or None when they cannot be known."""
         if not self._windows_known:
             self._windows_known = True
+            root = self.served_root()
+            self._windows = trained_windows(root) if root else None
+        return self._windows
+
+    def served_root(self) -> str | None:
+        """The directory the endpoint serves `model` from (vLLM's /v1/models `root`), when it says."""
+        if self._root is None:
             try:
                 roots = [getattr(m, "root", None) for m in self._client().models.list().data if m.id == self.model]
             except (openai.OpenAIError, MemoryModelsError):
                 roots = []
-            self._windows = next((w for r in roots if r and (w := trained_windows(r))), None)
-        return self._windows
+            self._root = next((r for r in roots if r), "")
+        return self._root or None
 
     def extract(
         self, source, window: int | None = None, overlap: int | None = None, include_source_text: bool = False

