@@ -11,6 +11,7 @@
 #   make train-planner   train the TiMem recall planner (3-class complexity)
 #   make train-gate      train the TiMem recall gate (cross-encoder)
 #   make train-consolidator  train the DimMem memory-update consolidator (MERGE / SUPERSEDE / KEEPBOTH)
+#   make train-segmenter train the TraceMem topic segmenter (CHANGE / DEVELOP per utterance)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
@@ -69,9 +70,9 @@ data: setup
 train-extractor: setup models data
 	$(PY) -m memdistill train extractor --config $(TRAIN_CONFIG) $(ARGS)
 
-.PHONY: train-router train-planner train-gate train-consolidator eval-encoders
+.PHONY: train-router train-planner train-gate train-consolidator train-segmenter eval-encoders
 # ENCODER_CONFIG=configs/training/router_roberta_base.yaml make train-router  (GPU recipe)
-train-router train-planner train-gate train-consolidator: train-%: setup models data
+train-router train-planner train-gate train-consolidator train-segmenter: train-%: setup models data
 	$(PY) -m memdistill train $* --config $(or $(ENCODER_CONFIG),configs/training/$*_cpu.yaml) $(ARGS)
 
 merge: setup models

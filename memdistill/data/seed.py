@@ -74,6 +74,7 @@ class Seed:
     questions: list[dict]
     gate: list[dict]
     pairs: list[dict] = field(default_factory=list)  # consolidation.jsonl
+    segments: list[dict] = field(default_factory=list)  # segments.jsonl: one row per session
 
     def split_of(self, row: dict) -> str:
         return row.get("split") or self.split[row["conversation_id"]]
@@ -121,6 +122,7 @@ def load(seed_dir=SEED_DIR) -> Seed:
         _rows(d / "questions.jsonl"),
         _rows(d / "gate.jsonl"),
         _rows(d / "consolidation.jsonl"),
+        _rows(d / "segments.jsonl"),
     )
 
 
@@ -168,6 +170,7 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
     _check_questions(seed, rep)
     _check_gate(seed, rep)
     check_pairs(seed, seed.pairs, "consolidation.jsonl", rep)
+    check_segments(seed, seed.segments, "segments.jsonl", rep, complete=minimums)
     _check_splits(seed, rep)
     _stats(seed, rep)
     if minimums:
@@ -443,6 +446,41 @@ def _check_gate(seed: Seed, rep: Report):
             m = mem.get(c.get("memory_id"))
             if m is None or m["conversation_id"] != g.get("conversation_id") or m["content"] != c.get("content"):
                 rep.errors.append(f"{where}: candidate {c.get('id')} does not match gold record {c.get('memory_id')!r}")
+
+
+def check_segments(seed: Seed, rows: list[dict], file: str, rep: Report, complete: bool = True):
+    """Topic boundaries: each row names a real session; every change is a turn of that session, not its first
+    (which opens an episode by construction), listed once and in order. `complete`: every session of every
+    conversation has its row."""
+    seen = set()
+    for k, r in enumerate(rows, 1):
+        where = f"{file} line {k} ({r.get('conversation_id')} {r.get('session_id')})"
+        conv = seed.conversations.get(r.get("conversation_id"))
+        session = next((x for x in conv.sessions if x.session_id == r.get("session_id")), None) if conv else None
+        if session is None:
+            rep.errors.append(f"{where}: no such conversation / session")
+            continue
+        key = (conv.conversation_id, session.session_id)
+        if key in seen:
+            rep.errors.append(f"{where}: a second row for this session")
+        seen.add(key)
+        ids = r.get("change_turn_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            rep.errors.append(f"{where}: change_turn_ids must be a list of turn ids")
+            continue
+        order = [t.turn_id for t in session.turns]
+        for i in ids:
+            if i not in order:
+                rep.errors.append(f"{where}: change {i!r} is not a turn of this session")
+            elif i == order[0]:
+                rep.errors.append(f"{where}: change {i!r} is the session's first turn (an episode start already)")
+        if len(set(ids)) != len(ids) or [i for i in order if i in ids] != [i for i in ids if i in order]:
+            rep.errors.append(f"{where}: change_turn_ids repeat or are out of order")
+    if complete and rows:
+        missing = [f"{c.conversation_id} {x.session_id}" for c in seed.conversations.values() for x in c.sessions]
+        missing = [m for m in missing if tuple(m.split(" ")) not in seen]
+        if missing:
+            rep.errors.append(f"{file}: no row for {len(missing)} session(s): {', '.join(missing[:5])}")
 
 
 def _check_splits(seed: Seed, rep: Report):

@@ -53,6 +53,7 @@ from tqdm import tqdm
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
 from memdistill.data.questions import Question, load_questions
+from memdistill.eval.extractor import topic_starts
 from memdistill.metrics.recall import RecallScores, TokenCounter
 from memdistill.metrics.stats import bootstrap_ci
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime, hooks_from_models
@@ -86,6 +87,9 @@ class E2EConfig:
     variants: list = field(default_factory=lambda: ["question", "gold", "gold+route", "model", "model+route"])
     # extraction through an endpoint (messages per window, context messages) per conversation style
     windows: dict = field(default_factory=lambda: {k: list(v) for k, v in WINDOW_PRESETS.items()})
+    # Topic-aware windows (memdistill.eval.extractor.topic_starts): null = fixed; gold (dataset seed only);
+    # or a trained segmenter's directory
+    topic_windows: str | None = None
     max_new_tokens: int = 1024
     structured: bool = False  # constrain extraction to the spec's JSON Schema
     concurrency: int = 8
@@ -228,7 +232,7 @@ class Endpoint:
 # --- building banks -----------------------------------------------------------------------------
 
 
-def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path) -> tuple[MemoryBank, dict]:
+def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path, seed=None) -> tuple[MemoryBank, dict]:
     """Extract every window; each finished chunk of windows is appended to `partial`, so a killed run
     resumes where it stopped."""
 
@@ -237,7 +241,7 @@ def extract_bank(mm, convs: dict, cfg: E2EConfig, label: str, partial: Path) -> 
         if c.style not in cfg.windows:
             raise ConfigError(f"windows: no size for conversation style {c.style!r} ({c.conversation_id})")
         size, overlap = cfg.windows[c.style]
-        wins += windows(c, size, overlap)
+        wins += windows(c, size, overlap, topic_starts(c, cfg.topic_windows, seed))
     done = {r["start"]: r for r in _jsonl(partial)}
     if any(r["of"] != len(wins) for r in done.values()):
         raise ConfigError(f"{partial}: written for other windows than this config makes; remove it or fix the config")
@@ -328,7 +332,7 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
             nonlocal bank, stats, queries
             if not have_bank:
                 partial = bank_file.with_suffix(".partial.jsonl")
-                bank, stats = extract_bank(mm, convs, cfg, label, partial)
+                bank, stats = extract_bank(mm, convs, cfg, label, partial, seed)
                 bank.save(bank_file)
                 stats_file.write_text(json.dumps(stats, indent=1))
                 partial.unlink()

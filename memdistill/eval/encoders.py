@@ -1,11 +1,11 @@
-"""Router, planner, gate and consolidator on the gold test split, each beside a zero-shot LM, a rule baseline
-and the trivial (majority) baseline.
+"""Router, planner, gate, consolidator and topic segmenter on the gold test split, each beside a zero-shot LM,
+a rule baseline and the trivial (majority) baseline.
 
   memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]        (make eval-encoders)
   memdistill eval-encoders --config configs/eval/encoders_cpu.yaml \
       'lm_baseline={base_url: https://api.openai.com/v1, model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}'
 
-Rows: data/built/{router,planner,gate,consolidator}/<split>.jsonl (`make data`). Three systems answer the
+Rows: data/built/{router,planner,gate,consolidator,segmenter}/<split>.jsonl (`make data`). Three systems answer the
 same rows:
 - the trained encoders (exported model dirs, in process; `tests/test_encoder_serving.py` shows the served
   model returns the same scores),
@@ -23,9 +23,12 @@ per-type ACC and overall F1 the mean of the three per-type F1, as Table 9 comput
 set); micro F1 pools the three types' decisions. Planner: accuracy and macro-F1 over simple / hybrid /
 complex. Gate: keep precision / recall / F1 over all (example, candidate) pairs, and the share of candidate
 tokens (whitespace words) removed; gold's share is the reference. Consolidator: action accuracy, macro-F1
-and per-action precision / recall over the gold pairs (data/seed/consolidation.jsonl). Every rate carries a
+and per-action precision / recall over the gold pairs (data/seed/consolidation.jsonl). Segmenter (TraceMem
+topic segmentation, data/seed/segments.jsonl): boundary precision / recall / F1 and accuracy over every
+utterance but a session's first, and Pk and WindowDiff (lower is better) over the sessions, beside never
+cut and always cut. Every rate carries a
 95% percentile bootstrap interval (1,000 resamples of the task's units: snippets, questions, gate examples,
-pairs); every accuracy sits beside the trivial baseline computed from the gold labels (router: each type's
+pairs, sessions); every accuracy sits beside the trivial baseline computed from the gold labels (router: each type's
 majority decision, and the most common label set for exact set; planner and consolidator: the majority
 class; gate: keep every candidate). An LM answer that does not parse counts as wrong (router: no label and
 not an exact set; planner: wrong class; gate: keeps every candidate, as a memory stack would when its gate
@@ -47,10 +50,17 @@ from urllib.parse import urlparse
 
 from memdistill.core.config import ConfigError, from_mapping, job_config
 from memdistill.core.report import ci_cell, draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
-from memdistill.metrics.encoders import consolidator_scores, gate_examples, gate_scores, planner_scores, router_scores
+from memdistill.metrics.encoders import (
+    consolidator_scores,
+    gate_examples,
+    gate_scores,
+    planner_scores,
+    router_scores,
+    segmenter_scores,
+)
 from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
-TASKS = ("router", "planner", "gate", "consolidator")
+TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
 
 
 @dataclass
@@ -73,6 +83,7 @@ class EncoderEvalConfig:
     planner: str | None = "runs/planner-cpu/model"
     gate: str | None = "runs/gate-cpu/model"
     consolidator: str | None = "runs/consolidator-cpu/model"
+    segmenter: str | None = "runs/segmenter-cpu/model"
     lm: str = "runs/extractor-cpu/merged"  # the zero-shot LM when it exists, else fallback_lm
     fallback_lm: str = "embedded:smollm2-135m-instruct"
     # true: the local LM above on a private vLLM server; false: no LM baseline; a mapping
@@ -179,6 +190,33 @@ def rule_consolidator(row: dict) -> str:
     return consolidation.rule_action(*_pair(row))
 
 
+_TOPIC_CUE = re.compile(
+    r"\b(by the way|btw|anyway|anyways|speaking of|on another note|changing the subject|unrelated|random question|"
+    r"quick question|different question|other news|oh,? (and|also))\b",
+    re.I,
+)
+_FUNCTION = set(
+    "that this with have what your about been just they there from were will would like really think know yeah "
+    "good great thanks thank sure also some more when then than them could should does much very well going "
+    "want need it's i'm that's you're don't".split()
+)
+
+
+def rule_segmenter(row: dict) -> bool:
+    """CHANGE on a topic-shift cue ("by the way", "anyway", "speaking of", ...) or when the utterance (4+
+    content words) shares no content word with the two before it: lexical cohesion, as TextTiling
+    measures it, at its simplest."""
+    target = row["target"].split(": ", 1)[-1]
+    if _TOPIC_CUE.search(target):
+        return True
+
+    def words(line: str) -> set[str]:
+        return {_stem(w) for w in line.split(": ", 1)[-1].split() if len(w) > 3 and w.lower() not in _FUNCTION}
+
+    cur = words(row["target"])
+    return len(cur) >= 4 and not cur & set().union(*map(words, row["before"]))
+
+
 def _pair(row: dict):
     return consolidation.StoredRecord.from_json(row["new"]), consolidation.StoredRecord.from_json(row["existing"])
 
@@ -210,6 +248,8 @@ def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
         pred = enc.complexity([r["text"] for r in rows])
     elif task == "consolidator":
         pred = enc.actions([_pair(r) for r in rows])
+    elif task == "segmenter":
+        pred = enc.changes([r["text"] for r in rows])
     else:
         pred = [
             recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
@@ -226,6 +266,8 @@ def rule_predictions(task: str, rows: list[dict]):
         pred = [rule_planner(r["text"]) for r in rows]
     elif task == "consolidator":
         pred = [rule_consolidator(r) for r in rows]
+    elif task == "segmenter":
+        pred = [rule_segmenter(r) for r in rows]
     else:
         pred = [rule_gate(e["question"], e["complexity"], e["candidates"]) for e in gate_examples(rows)]
     return pred, time.time() - t0
@@ -241,9 +283,12 @@ def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
     if task == "consolidator":
         res = mm.consolidate_pairs([_pair(r) for r in rows])
         return [r.action if r.ok else None for r in res], time.time() - t0
-    items = rows if task == "planner" else gate_examples(rows)
+    items = rows if task in ("planner", "segmenter") else gate_examples(rows)
 
     def one(x):
+        if task == "segmenter":
+            d = mm.topic_change(x["before"], x["target"], x["after"])
+            return d.change if d.ok else None
         if task == "planner":
             p = mm.plan(x["text"])
             return p.plan.complexity if p.ok else None
@@ -262,6 +307,8 @@ def score(task: str, pred, rows: list[dict]) -> dict:
         return planner_scores(pred, [r["label"] for r in rows])
     if task == "consolidator":
         return consolidator_scores(pred, [r["label"] for r in rows])
+    if task == "segmenter":
+        return segmenter_scores(pred, rows)
     return gate_scores(gate_examples(rows), pred)
 
 
@@ -349,7 +396,7 @@ def run(cfg: EncoderEvalConfig) -> Path:
     with (out / "predictions.jsonl").open("w") as f:
         for t in tasks:
             ids = (
-                [r.get("snippet_id") or r.get("question_id") or r.get("pair_id") for r in rows[t]]
+                [r.get("snippet_id") or r.get("question_id") or r.get("pair_id") or _decision_id(r) for r in rows[t]]
                 if t != "gate"
                 else [e["gate_id"] for e in gate_examples(rows[t])]
             )
@@ -396,12 +443,14 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
         ("planner", planner_section),
         ("gate", gate_section),
         ("consolidator", consolidator_section),
+        ("segmenter", segmenter_section),
     ):
         if results.get(task):
             L += section(results[task])
     L += ["![router](router.png)", ""] if "router" in results else []
     L += ["![planner and gate](planner_gate.png)", ""] if {"planner", "gate"} <= set(results) else []
     L += ["![consolidator](consolidator.png)", ""] if "consolidator" in results else []
+    L += ["![segmenter](segmenter.png)", ""] if "segmenter" in results else []
     (out / "report.md").write_text("\n".join(L))
     charts(out, results, meta)
 
@@ -521,6 +570,33 @@ def consolidator_section(c: dict) -> list[str]:
     return L + [""]
 
 
+def segmenter_section(c: dict) -> list[str]:
+    first = next(iter(c.values()))
+    keys = ["precision", "recall", "f1", "accuracy", "pk", "windowdiff"]
+    L = [
+        "## Topic segmenter (TraceMem CHANGE_TOPIC / DEVELOP_TOPIC)",
+        "",
+        f"{first['sessions']} gold sessions, {first['decisions']} decisions (every utterance but a session's "
+        f"first), {first['gold_change_share']:.1%} of them topic changes. Boundary precision / recall / F1 and "
+        "accuracy over decisions; Pk and WindowDiff over sessions (error rates: lower is better; probe = half "
+        "the mean gold episode). An unreadable LM answer is no cut.",
+        "",
+    ]
+    L += md_table(
+        ["system", "boundary P", "boundary R", "boundary F1", "accuracy", "Pk", "WindowDiff", "valid", "seconds"],
+        [[name] + [_ci(s, k) for k in keys] + [_ci(s, "valid_rate"), s["seconds"]] for name, s in c.items()]
+        + [
+            _trivial(label, [first[b][k] for k in keys], 9)
+            for label, b in (("never cut (majority)", "never_cut_baseline"), ("always cut", "always_cut_baseline"))
+        ],
+    )
+    return L + [""]
+
+
+def _decision_id(row: dict) -> str | None:
+    return f"{row['conversation_id']}/{row['turn_id']}" if "turn_id" in row else None
+
+
 def charts(out: Path, results: dict, meta: dict) -> None:
     if "router" in results:
         cols = ["overall ACC", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
@@ -558,6 +634,14 @@ def charts(out: Path, results: dict, meta: dict) -> None:
             },  # fmt: skip
             ["accuracy", "macro-F1"] + [f"F1 {a}" for a in consolidation.ACTIONS],
             f"consolidator, gold {meta['split']} split",
+        )
+    if "segmenter" in results:
+        keys = ["precision", "recall", "f1", "pk", "windowdiff"]
+        grouped_bars(
+            out / "segmenter.png",
+            {name: [s[k] for k in keys] for name, s in results["segmenter"].items()},
+            ["boundary P", "boundary R", "boundary F1", "Pk (lower better)", "WindowDiff (lower better)"],
+            f"topic segmenter, gold {meta['split']} split",
         )
 
 

@@ -53,6 +53,9 @@ class EvalConfig:
     threshold: float | None = None  # default per similarity (memdistill.metrics.extraction.DEFAULT_THRESHOLD)
     output_dir: str = "runs/eval"
     dtype: str = "float32"
+    # Topic-aware windows: each TraceMem episode windowed on its own (spec.dialogue.windows topic_starts).
+    # null = fixed windows; gold = data/seed/segments.jsonl; a directory = a trained segmenter's predictions.
+    topic_windows: str | None = None
 
 
 def test_items(cfg: EvalConfig):
@@ -62,11 +65,38 @@ def test_items(cfg: EvalConfig):
     convs = interleaved(convs, cfg.max_conversations)
     for conv in convs.values():
         size, overlap = cfg.windows[conv.style]
-        wins += windows(conv, size, overlap)
+        wins += windows(conv, size, overlap, topic_starts(conv, cfg.topic_windows, seed))
     wins = wins[: cfg.max_windows] if cfg.max_windows else wins
     qs = [q for q in seed.rows("questions", cfg.split) if q["conversation_id"] in convs]
     qs = qs[: cfg.max_questions] if cfg.max_questions else qs
     return seed, wins, qs
+
+
+def topic_starts(conv, how: str | None, seed) -> set[str] | None:
+    """The turn ids that open a topic in `conv`: None (fixed windows), "gold" (data/seed/segments.jsonl) or
+    a trained segmenter's directory (its decisions, in process, as the served one makes them)."""
+    if not how:
+        return None
+    if how == "gold":
+        if seed is None:
+            raise ValueError("topic_windows=gold needs the gold corpus (dataset=seed): only it has gold boundaries")
+        rows = [r for r in seed.segments if r["conversation_id"] == conv.conversation_id]
+        if len(rows) != len(conv.sessions):
+            raise ValueError(f"topic_windows=gold: {conv.conversation_id} has no gold boundaries for every session")
+        return {i for r in rows for i in r["change_turn_ids"]}
+    from memdistill.spec import topic_segment
+    from memdistill.train.encoder import Encoder
+
+    enc = _segmenters.get(how) or _segmenters.setdefault(how, Encoder(how))
+    out = set()
+    for s in conv.sessions:
+        idx = topic_segment.decisions(s.turns)
+        flags = enc.changes([topic_segment.encoder_text(*topic_segment.context(s.turns, i)) for i in idx])
+        out |= {s.turns[i].turn_id for i, f in zip(idx, flags) if f}
+    return out
+
+
+_segmenters: dict = {}
 
 
 def _generate(model: str, cfg: EvalConfig, wins, qs):

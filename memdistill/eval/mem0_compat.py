@@ -214,7 +214,7 @@ def run(cfg: Mem0EvalConfig) -> Path:
         results[a.name] = json.loads(done.read_text()) if done.exists() else run_arm(cfg, a, seed, convs, d, embed)
     write_json(out / "metrics.json", {"split": cfg.split, "conversations": len(convs), "arms": results})
     write_report(out, results, cfg, len(convs))
-    return out / "report.md"
+    return out
 
 
 def write_report(out: Path, results: dict, cfg: Mem0EvalConfig, n_convs: int) -> None:

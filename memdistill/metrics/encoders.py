@@ -261,3 +261,54 @@ def consolidator_scores(pred: list[str | None], gold: list[str]) -> dict:
             "macro_f1": round(binary_prf([True] * n, [g == majority for g in gold])["f1"] / len(labs), 4),
         },
     }
+
+
+def segmenter_scores(pred: list[bool | None], rows: list[dict]) -> dict:
+    """TraceMem topic segmentation over the gold sessions: boundary precision / recall / F1 and accuracy over
+    the decisions (every utterance but a session's first), Pk and WindowDiff (metrics.segmentation, probes
+    pooled); `None` = an unreadable answer, read as no cut and counted in valid_rate. Intervals resample
+    sessions. Baselines from the gold labels alone: never cut (the majority decision) and always cut."""
+    from memdistill.metrics.segmentation import pk_counts, windowdiff_counts
+
+    sessions: dict = {}
+    for k, r in enumerate(rows):
+        sessions.setdefault((r["conversation_id"], r["session_id"]), []).append(k)
+    gold = [[rows[k]["label"] == "CHANGE" for k in ks] for ks in sessions.values()]
+
+    def figures(flags: list[list[bool]]) -> dict:
+        cols = {"tp": [], "fp": [], "fn": [], "right": [], "n": [], "pk": [], "wd": [], "probes": []}
+        for g, p in zip(gold, flags):
+            cols["tp"].append(sum(a and b for a, b in zip(g, p)))
+            cols["fp"].append(sum(b and not a for a, b in zip(g, p)))
+            cols["fn"].append(sum(a and not b for a, b in zip(g, p)))
+            cols["right"].append(sum(a == b for a, b in zip(g, p)))
+            cols["n"].append(len(g))
+            (pk, probes), (wd, _) = pk_counts(g, p), windowdiff_counts(g, p)
+            cols["pk"].append(pk)
+            cols["wd"].append(wd)
+            cols["probes"].append(probes)
+        return {k: np.array(v) for k, v in cols.items()}
+
+    def stats(c: dict) -> dict:
+        return {
+            **_prf_counts(c["tp"], c["fp"], c["fn"]),
+            "accuracy": lambda idx: _div(c["right"][idx].sum(), c["n"][idx].sum()),
+            "pk": lambda idx: _div(c["pk"][idx].sum(), c["probes"][idx].sum()),
+            "windowdiff": lambda idx: _div(c["wd"][idx].sum(), c["probes"][idx].sum()),
+        }
+
+    by_session = [[pred[k] for k in ks] for ks in sessions.values()]
+    c = figures([[bool(x) for x in s] for s in by_session])
+    valid = np.array([sum(x is not None for x in s) for s in by_session])
+    n = len(gold)
+    out = {
+        "sessions": n,
+        "decisions": int(c["n"].sum()),
+        "gold_change_share": round(_div(sum(map(sum, gold)), c["n"].sum()), 4),
+        **with_ci({**stats(c), "valid_rate": lambda idx: _div(valid[idx].sum(), c["n"][idx].sum())}, n),
+    }
+    everything = list(range(n))
+    for name, cut in (("never_cut_baseline", False), ("always_cut_baseline", True)):
+        b = figures([[cut] * len(g) for g in gold])
+        out[name] = {k: round(float(f(everything)), 4) for k, f in stats(b).items()}
+    return out

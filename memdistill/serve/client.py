@@ -37,7 +37,7 @@ import httpx
 import openai
 
 from memdistill.core.models import trained_windows
-from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan, topic_segment
 from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
 from memdistill.spec.jsonout import Problem
 from memdistill.spec.request import chat_request
@@ -106,6 +106,7 @@ class MemoryModels:
         planner_url: str | None = None,
         gate_url: str | None = None,
         consolidator_url: str | None = None,
+        segmenter_url: str | None = None,
         windows: dict | None = None,
         model_dir: str | None = None,
         qwen3_no_think: bool = True,
@@ -124,6 +125,7 @@ class MemoryModels:
                 ("planner", planner_url),
                 ("gate", gate_url),
                 ("consolidator", consolidator_url),
+                ("segmenter", segmenter_url),
             )
             if u
         }
@@ -343,6 +345,29 @@ class MemoryModels:
             max_tokens=128,
         )
         return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)
+
+    def topic_changes(self, turns: list) -> list[bool]:
+        """A session's utterances (spec.dialogue.Turn, in order) -> whether each opens a topic (TraceMem's
+        CHANGE_TOPIC); the first opens the session's first episode. Segmenter: one /classify request; without
+        it, the LM answers per utterance. Cut episodes with `topic_segment.episodes`."""
+        idx = topic_segment.decisions(turns)
+        if not idx:
+            return [True] if turns else []
+        if "segmenter" in self.encoder_urls:
+            probs = self.classify(
+                "segmenter", [topic_segment.encoder_text(*topic_segment.context(turns, i)) for i in idx]
+            )
+            return [True] + [topic_segment.label_of(p) == "CHANGE" for p in probs]
+
+        with ThreadPoolExecutor(self.max_concurrency) as pool:
+            return [True] + list(pool.map(lambda i: self.topic_change(*topic_segment.context(turns, i)).change, idx))
+
+    def topic_change(self, before: list[str], target: str, after: list[str]) -> topic_segment.ParseResult:
+        """The LM's decision for one utterance (lines as `topic_segment.context` renders them)."""
+        text, _, _ = self.chat(
+            topic_segment.chat_messages(before, target, after), topic_segment.json_schema(), "intent", 16
+        )
+        return topic_segment.parse(text)
 
     def consolidate(self, new, existing) -> consolidation.ParseResult:
         """One memory-update decision for (new, existing) records (StoredRecord, or dicts with content,

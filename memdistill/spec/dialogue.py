@@ -200,24 +200,28 @@ class Window:
         return cls(d["conversation_id"], int(d["window_index"]), turns, int(d["extract_from"]))
 
 
-def windows(conv: Conversation, size: int, overlap: int) -> list[Window]:
+def windows(conv: Conversation, size: int, overlap: int, topic_starts=None) -> list[Window]:
     """Overlapping windows of `size` messages whose first `overlap` messages (after window 0) are context.
 
     Consecutive windows start `size - overlap` messages apart; the last one may be shorter. A window
-    is only made when it has at least one new message.
+    is only made when it has at least one new message. With `topic_starts` (the turn ids that open a topic:
+    TraceMem boundaries, gold or predicted) each episode is windowed on its own, as if it were a
+    conversation: no window runs across a topic change, and no context comes from another topic.
     """
     if size < 1 or not 0 <= overlap < size:
         raise ValueError(f"need window >= 1 and 0 <= overlap < window, got window={size}, overlap={overlap}")
-    turns = conv.turns
-    out: list[Window] = []
-    start, step = 0, size - overlap
-    while True:
-        first_new = start if not out else start + overlap
-        if first_new >= len(turns):
-            break
-        chunk = turns[start : start + size]
-        out.append(Window(conv.conversation_id, len(out), chunk, first_new - start + 1))
-        start += step
+    turns, out = conv.turns, []
+    starts = set(topic_starts or ())
+    cuts = [k for k, t in enumerate(turns) if k == 0 or t.turn_id in starts] + [len(turns)]
+    for a, b in zip(cuts, cuts[1:]):
+        start, first = a, True
+        while True:
+            first_new = start if first else start + overlap
+            if first_new >= b:
+                break
+            chunk = turns[start : min(start + size, b)]
+            out.append(Window(conv.conversation_id, len(out), chunk, first_new - start + 1))
+            start, first = start + size - overlap, False
     return out
 
 

@@ -49,17 +49,19 @@ from memdistill.core.report import (
     peak_memory_mb,
     plot_loss,
 )
-from memdistill.spec import SCHEMA_VERSION, consolidation, memory_type, recall_gate, recall_plan
+from memdistill.spec import SCHEMA_VERSION, consolidation, memory_type, recall_gate, recall_plan, topic_segment
 from memdistill.train.extractor import optimisation_args, run_args
 
-TASKS = ("router", "planner", "gate", "consolidator")
+TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
 LABELS = {
     "router": memory_type.LABELS,
     "planner": recall_plan.COMPLEXITIES,
     "gate": ("keep",),
     "consolidator": consolidation.ACTIONS,
+    "segmenter": topic_segment.LABELS,
 }
-SOFTMAX = ("planner", "consolidator")  # single-label heads: argmax, no threshold
+# single-label heads: argmax (the segmenter's dev-tuned cut on P(CHANGE) is folded into its bias first)
+SOFTMAX = ("planner", "consolidator", "segmenter")
 # The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
 # regression) and vLLM applies a sigmoid.
 PROBLEM_TYPE = {
@@ -67,13 +69,14 @@ PROBLEM_TYPE = {
     "planner": "single_label_classification",
     "gate": "multi_label_classification",
     "consolidator": "single_label_classification",
+    "segmenter": "single_label_classification",
 }
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 
 
 @dataclass
 class EncoderConfig:
-    task: str = "router"  # router | planner | gate | consolidator
+    task: str = "router"  # router | planner | gate | consolidator | segmenter
     model: str = "embedded:minilm"
     train_file: str = "data/built/router/train.jsonl"
     eval_file: str | None = "data/built/router/dev.jsonl"  # dev: best epoch + threshold tuning
@@ -208,7 +211,13 @@ def build_model(cfg: EncoderConfig):
 
 def _metric_name(task: str) -> str:
     # threshold-free for the sigmoid heads (their thresholds are tuned after training)
-    return {"router": "macro_ap", "planner": "macro_f1", "gate": "ap", "consolidator": "macro_f1"}[task]
+    return {
+        "router": "macro_ap",
+        "planner": "macro_f1",
+        "gate": "ap",
+        "consolidator": "macro_f1",
+        "segmenter": "macro_f1",
+    }[task]
 
 
 def _compute_metrics(task: str):
@@ -219,7 +228,9 @@ def _compute_metrics(task: str):
         logits, labels = pred.predictions, pred.label_ids
         if task in SOFTMAX:
             return {
-                "macro_f1": f1_score(labels, logits.argmax(-1), average="macro", labels=[0, 1, 2], zero_division=0),
+                "macro_f1": f1_score(
+                    labels, logits.argmax(-1), average="macro", labels=list(range(len(LABELS[task]))), zero_division=0
+                ),
                 "accuracy": float((logits.argmax(-1) == labels).mean()),
             }
         aps = [
@@ -336,6 +347,10 @@ class Encoder:
         q = recall_gate.pair_query(question, complexity)
         return [s[0] for s in self.scores([(q, c) for c in candidates])]
 
+    def changes(self, texts: list[str]) -> list[bool]:
+        """`topic_segment.encoder_text` texts -> whether each utterance opens a topic."""
+        return [topic_segment.label_of(p) == "CHANGE" for p in self.scores([(t,) for t in texts])]
+
     def actions(self, pairs) -> list[str]:
         """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
         return [
@@ -356,7 +371,8 @@ def _task_of(config) -> str:
 
 def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid) -> dict[str, float]:
     """Router: per label, the grid value maximising that label's dev F1 (ties: nearest 0.5).
-    Gate: one value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples."""
+    Gate: one value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples.
+    Segmenter: the cut on P(CHANGE) maximising boundary F1 (changes are a minority: argmax alone under-cuts)."""
     from memdistill.metrics.encoders import binary_prf, gate_examples, gate_scores
 
     def best(score_of):
@@ -371,11 +387,15 @@ def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid)
     if task == "gate":
         examples = gate_examples(rows, [p[0] for p in probs])
         return {"keep": best(lambda t: gate_scores(examples, shift=_logit(t))["keep_f1"])}
+    if task == "segmenter":
+        gold = [r["_target"] == 1 for r in rows]
+        return {"CHANGE": best(lambda t: binary_prf([p[1] >= t for p in probs], gold)["f1"])}
     return {}
 
 
 def fold_thresholds(model, thresholds: dict[str, float]) -> None:
-    """b_k -= logit(t_k): sigmoid(z - logit(t)) >= 0.5 exactly when sigmoid(z) >= t."""
+    """b_k -= logit(t_k): sigmoid(z - logit(t)) >= 0.5 exactly when sigmoid(z) >= t; in a two-way softmax,
+    argmax picks label k exactly when its probability was >= t_k."""
     import torch
 
     head = _out_layer(model)
@@ -426,6 +446,12 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
 
 
 def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
+    if task == "segmenter" and thresholds:
+        if not folded:
+            return f"CHANGE when P(CHANGE) >= {thresholds['CHANGE']} (dev-tuned; apply it to the probabilities)"
+        return (
+            f"argmax of the softmax over DEVELOP / CHANGE (dev-tuned cut P(CHANGE) >= {thresholds['CHANGE']} folded in)"
+        )
     if task in SOFTMAX:
         return f"argmax of the softmax over {' / '.join(LABELS[task])}"
     where = (
@@ -456,6 +482,8 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         "consolidator": "DimMem memory-update consolidator (cross-encoder over one text holding both records): "
         "(new record, existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by "
         "`consolidation.merge_rule`; `memdistill.spec.consolidation`",
+        "segmenter": "TraceMem topic segmenter (cross-encoder over an utterance with two utterances of context on "
+        "each side): CHANGE (opens a topic) / DEVELOP; `memdistill.spec.topic_segment`",
     }[meta["task"]]
     lines = (
         card_front_matter(["memdistill", meta["task"], "text-classification"])
