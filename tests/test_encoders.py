@@ -79,7 +79,9 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     }
     saved = json.loads((out / "thresholds.json").read_text())
     assert saved["thresholds"] == summary["thresholds"] == cfg.memdistill["thresholds"] == enc.meta["thresholds"]
-    if task in SOFTMAX:
+    if task == "segmenter":  # a two-way softmax with its dev-tuned cut on P(CHANGE) folded in
+        assert set(saved["thresholds"]) == {"CHANGE"} and saved["thresholds_folded"]
+    elif task in SOFTMAX:
         assert saved["thresholds"] == {} and not saved["thresholds_folded"]
     else:
         assert set(saved["thresholds"]) == set(labels) and saved["thresholds_folded"]
@@ -91,7 +93,11 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     rows = encoder_rows(task, 12 if task != "gate" else 16)
     scores = enc.scores([model_inputs(task, r) for r in rows])
     assert len(scores) == len(rows) and all(len(s) == len(labels) for s in scores)
-    if task in SOFTMAX:
+    if task == "segmenter":  # argmax of the folded head == the raw P(CHANGE) cut at the tuned threshold
+        raw, th = _unfolded_probs(out, rows, task)
+        assert all(abs(sum(s) - 1) < 1e-5 for s in scores)
+        assert [f[1] >= f[0] for f in scores] == [r[1] >= th["CHANGE"] for r in raw]
+    elif task in SOFTMAX:
         assert all(abs(sum(s) - 1) < 1e-5 for s in scores)  # softmax, as vLLM serves a 3-class head
     else:  # decisions at 0.5 on the exported head == decisions at the tuned thresholds on the raw head
         raw, th = _unfolded_probs(out, rows, task)

@@ -9,6 +9,8 @@ Each compact model's schema, prompts, parser and label set live in exactly one m
 - `memdistill.spec.recall_plan`  TiMem recall complexity + keywords (planner)
 - `memdistill.spec.recall_gate`  TiMem recall gating (gate)
 - `memdistill.spec.consolidation`  DimMem memory update: MERGE / SUPERSEDE / KEEPBOTH (consolidator)
+- `memdistill.spec.topic_segment`  TraceMem topic segmentation: CHANGE / DEVELOP per utterance (segmenter; no
+  teacher labelling job yet, so it is not in TASKS)
 
 Parsers never raise on model output: they return what could be recovered plus `Problem`s with
 reason codes (see `memdistill.spec.jsonout`).
