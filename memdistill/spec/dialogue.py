@@ -205,8 +205,9 @@ def windows(conv: Conversation, size: int, overlap: int, topic_starts=None) -> l
 
     Consecutive windows start `size - overlap` messages apart; the last one may be shorter. A window
     is only made when it has at least one new message. With `topic_starts` (the turn ids that open a topic:
-    TraceMem boundaries, gold or predicted) each episode is windowed on its own, as if it were a
-    conversation: no window runs across a topic change, and no context comes from another topic.
+    TraceMem boundaries, gold or predicted) windows are cut at topic changes within the same size limits:
+    new messages never run across a topic start, a window at a topic start has no context, and context never
+    comes from another topic; every other window keeps the fixed shape (O context + W - O new messages).
     """
     if size < 1 or not 0 <= overlap < size:
         raise ValueError(f"need window >= 1 and 0 <= overlap < window, got window={size}, overlap={overlap}")
@@ -214,14 +215,12 @@ def windows(conv: Conversation, size: int, overlap: int, topic_starts=None) -> l
     starts = set(topic_starts or ())
     cuts = [k for k, t in enumerate(turns) if k == 0 or t.turn_id in starts] + [len(turns)]
     for a, b in zip(cuts, cuts[1:]):
-        start, first = a, True
-        while True:
-            first_new = start if first else start + overlap
-            if first_new >= b:
-                break
-            chunk = turns[start : min(start + size, b)]
-            out.append(Window(conv.conversation_id, len(out), chunk, first_new - start + 1))
-            start, first = start + size - overlap, False
+        i = a
+        while i < b:
+            context = max(a, i - overlap)
+            end = min(i + (size if i == 0 else size - overlap), b)  # the conversation's first window: all new
+            out.append(Window(conv.conversation_id, len(out), turns[context:end], i - context + 1))
+            i = end
     return out
 
 
