@@ -109,7 +109,7 @@ def test_encoder_eval_lm_baseline_on_the_chosen_serving_config(launches, tmp_pat
 
     from memdistill.eval.encoders import EncoderEvalConfig, run
 
-    for task in ("router", "planner", "gate", "consolidator"):
+    for task in ("router", "planner", "gate", "consolidator", "segmenter"):
         (tmp_path / task).mkdir()
         rows = encoder_rows(task, 4, "test")
         (tmp_path / task / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -119,6 +119,7 @@ def test_encoder_eval_lm_baseline_on_the_chosen_serving_config(launches, tmp_pat
         planner=None,
         gate=None,
         consolidator=None,
+        segmenter=None,
         lm="nowhere",
         fallback_lm="Qwen/Qwen3-4B",
         serve_config="configs/serving/gpu.yaml",

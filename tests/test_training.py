@@ -355,6 +355,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from memdistill.eval.encoders import EncoderEvalConfig
     from memdistill.eval.extractor import EvalConfig
     from memdistill.eval.fidelity import FidelityConfig
+    from memdistill.eval.mem0_compat import Mem0EvalConfig
     from memdistill.serve.server import ServeConfig
     from memdistill.train.encoder import EncoderConfig
     from memdistill.train.extractor import ExtractorConfig, validate
@@ -367,6 +368,7 @@ def test_every_yaml_loads_into_its_dataclass():
         "planner_": EncoderConfig,
         "gate_": EncoderConfig,
         "consolidator_": EncoderConfig,
+        "segmenter_": EncoderConfig,
     }
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
@@ -385,6 +387,7 @@ def test_every_yaml_loads_into_its_dataclass():
                 "ablate": AblateConfig,
                 "consolidation": ConsolidationEvalConfig,
                 "fidelity": FidelityConfig,
+                "mem0": Mem0EvalConfig,
             }
             load_config(kinds_eval[prefix], path)
         elif rel.parts[0] == "serving":
