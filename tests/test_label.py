@@ -399,7 +399,10 @@ def test_gate_without_enough_memories_is_rejected_without_a_request(tmp_path, mo
         build(cfg)
         gates = _labels(Path(cfg.output_dir), "recall_gate")
         assert gates and all(g["reasons"] == ["too_few_candidates"] for g in gates)
-        assert not any("Candidates (" in m["content"] for e in fake.log for m in e["body"]["messages"])
+        # .get: once in CI a POST without messages reached this fake server (another test's stray request on a
+        # reused port); what matters here is that no gate prompt was sent
+        prompts = [m.get("content", "") for e in fake.log for m in e["body"].get("messages", [])]
+        assert not any("Candidates (" in p for p in prompts)
 
 
 def test_config_errors(tmp_path):
