@@ -136,6 +136,18 @@ def load_config(cls, path=None, overrides=(), base: dict | None = None):
     return cls(**values)
 
 
+def env_key(env: str | None, where: str) -> str | None:
+    """The secret in environment variable `env` (configs name the variable, never the key); None when no
+    variable is named, a ConfigError naming `where` when it is named but unset."""
+    if not env:
+        return None
+    import os
+
+    if not os.environ.get(env):
+        raise ConfigError(f"{where}: environment variable {env} is not set")
+    return os.environ[env]
+
+
 def job_config(cls, argv, prog: str, doc: str, config_required: bool = False):
     """The command line every job shares: `--config FILE` then `key=value` overrides."""
     import argparse

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from memdistill.core.config import ConfigError, from_mapping
+from memdistill.core.config import ConfigError, env_key, from_mapping
 from memdistill.spec.request import chat_request
 
 STRUCTURED = ("json_schema", "json_object", "none")
@@ -201,13 +201,10 @@ class _Endpoint:
 class Teacher:
     def __init__(self, settings: TeacherSettings, cache_dir, api_key: str | None = None):
         """`api_key` is for tests and embedding; jobs pass None and the key comes from `api_key_env`."""
-        import os
 
         self.s = settings
-        if api_key is None and settings.api_key_env:
-            api_key = os.environ.get(settings.api_key_env)
-            if not api_key:
-                raise ConfigError(f"teacher: environment variable {settings.api_key_env} (api_key_env) is not set")
+        if api_key is None:
+            api_key = env_key(settings.api_key_env, "teacher (api_key_env)")
         self._key = api_key or None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._eps = [_Endpoint(i, u.rstrip("/")) for i, u in enumerate(settings.base_urls)]

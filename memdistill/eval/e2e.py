@@ -40,7 +40,6 @@ only what is missing.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -50,7 +49,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from memdistill.core.config import ConfigError, job_config
+from memdistill.core.config import ConfigError, env_key, job_config
 from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
 from memdistill.data.questions import Question, load_questions
 from memdistill.eval.extractor import topic_starts
@@ -185,14 +184,6 @@ def _model_available(spec: str) -> bool:
     return spec.startswith("embedded:") or (Path(spec) / "config.json").exists()
 
 
-def _api_key(env: str | None, where: str) -> str | None:
-    if not env:
-        return None
-    if not os.environ.get(env):
-        raise ConfigError(f"{where}: environment variable {env} is not set")
-    return os.environ[env]
-
-
 class Endpoint:
     """An OpenAI-compatible endpoint that answers or judges (vLLM, api.openai.com, ...). Requests come from
     memdistill.spec.request.chat_request; `template_kwargs: false` drops the chat-template kwargs (thinking off)
@@ -214,7 +205,7 @@ class Endpoint:
         self.concurrency = d.get("concurrency", 4)
         self.client = openai.OpenAI(
             base_url=d["base_url"],
-            api_key=_api_key(d.get("api_key_env"), f"{where}.api_key_env") or "EMPTY",
+            api_key=env_key(d.get("api_key_env"), f"{where}.api_key_env") or "EMPTY",
             timeout=d.get("timeout", 300),
             max_retries=2,
         )
@@ -348,7 +339,7 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
             max_tokens=cfg.max_new_tokens,
         )
         if kind == "url":
-            work(MemoryModels(spec, api_key=_api_key(cfg.api_key_env, "api_key_env"), **opts))
+            work(MemoryModels(spec, api_key=env_key(cfg.api_key_env, "api_key_env"), **opts))
         else:
             from memdistill.eval.generate import VLLMGenerator
 
@@ -485,7 +476,7 @@ def build_hooks(cfg: E2EConfig) -> dict:
     if cfg.hooks:
         from memdistill.serve.client import MemoryModels
 
-        mm = MemoryModels(cfg.hooks_url, api_key=_api_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options)
+        mm = MemoryModels(cfg.hooks_url, api_key=env_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options)
         hooks = hooks_from_models(mm, cfg.hooks)
     if cfg.hooks_models:
         from memdistill.train.encoder import Encoder
@@ -571,7 +562,7 @@ def run(cfg: E2EConfig) -> Path:
     if cfg.query_url:
         from memdistill.serve.client import MemoryModels
 
-        query_mm = MemoryModels(cfg.query_url, api_key=_api_key(cfg.api_key_env, "api_key_env"))
+        query_mm = MemoryModels(cfg.query_url, api_key=env_key(cfg.api_key_env, "api_key_env"))
 
     wants_model = any(VARIANTS[v][0] == "model" for v in cfg.variants)
     qa_done = {(r["bank"], r["variant"], r["question_id"]): r for r in _jsonl(run_dir / "qa.jsonl")}

@@ -38,7 +38,6 @@ fails). Output: runs/eval-encoders/<time>/ with metrics.json, predictions.jsonl,
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -48,16 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from memdistill.core.config import ConfigError, from_mapping, job_config
+from memdistill.core.config import ConfigError, env_key, from_mapping, job_config
 from memdistill.core.report import ci_cell, draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
-from memdistill.metrics.encoders import (
-    consolidator_scores,
-    gate_examples,
-    gate_scores,
-    planner_scores,
-    router_scores,
-    segmenter_scores,
-)
+from memdistill.metrics.encoders import gate_examples, task_scores
 from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
 TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
@@ -300,18 +292,6 @@ def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
     return pred, time.time() - t0
 
 
-def score(task: str, pred, rows: list[dict]) -> dict:
-    if task == "router":
-        return router_scores(pred, [r["labels"] for r in rows])
-    if task == "planner":
-        return planner_scores(pred, [r["label"] for r in rows])
-    if task == "consolidator":
-        return consolidator_scores(pred, [r["label"] for r in rows])
-    if task == "segmenter":
-        return segmenter_scores(pred, rows)
-    return gate_scores(gate_examples(rows), pred)
-
-
 def resolve_lm(cfg: EncoderEvalConfig) -> str:
     from memdistill.core.models import model_path
 
@@ -340,9 +320,7 @@ def zero_shot_lm(cfg: EncoderEvalConfig, out: Path):
     common = {"structured": cfg.structured, "max_concurrency": cfg.concurrency, "timeout": 600}
     b = cfg.lm_baseline
     if isinstance(b, LMBaseline):
-        key = os.environ.get(b.api_key_env) if b.api_key_env else None
-        if b.api_key_env and not key:
-            raise ConfigError(f"lm_baseline: environment variable {b.api_key_env} (api_key_env) is not set")
+        key = env_key(b.api_key_env, "lm_baseline (api_key_env)")
         name = b.name or f"{b.model} at {urlparse(b.base_url).netloc}"
         mm = MemoryModels(b.base_url, api_key=key, model=b.model, qwen3_no_think=b.qwen3_no_think, **common)
         yield mm, f"LM zero-shot ({name})", {"base_url": b.base_url, "model": b.model}
@@ -382,7 +360,7 @@ def run(cfg: EncoderEvalConfig) -> Path:
                 preds[t][name], seconds[t][name] = lm_predictions(mm, t, rows[t], cfg.concurrency)
         lm = {"row": name, **answered_by}
     results = {
-        t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
+        t: {name: {**task_scores(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
         for t in tasks
     }
     meta = {

@@ -10,6 +10,7 @@ Finished generations are logged in <output_dir>/generations.jsonl: a killed eval
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -85,9 +86,8 @@ def topic_starts(conv, how: str | None, seed) -> set[str] | None:
             raise ValueError(f"topic_windows=gold: {conv.conversation_id} has no gold boundaries for every session")
         return {i for r in rows for i in r["change_turn_ids"]}
     from memdistill.spec import topic_segment
-    from memdistill.train.encoder import Encoder
 
-    enc = _segmenters.get(how) or _segmenters.setdefault(how, Encoder(how))
+    enc = _segmenter(how)
     out = set()
     for s in conv.sessions:
         idx = topic_segment.decisions(s.turns)
@@ -96,7 +96,12 @@ def topic_starts(conv, how: str | None, seed) -> set[str] | None:
     return out
 
 
-_segmenters: dict = {}
+@functools.lru_cache(maxsize=None)
+def _segmenter(model_dir: str):
+    """One in-process segmenter per directory for the whole run (every conversation asks it)."""
+    from memdistill.train.encoder import Encoder
+
+    return Encoder(model_dir)
 
 
 def _generate(model: str, cfg: EvalConfig, wins, qs):

@@ -105,7 +105,6 @@ def run_arm(cfg: Mem0EvalConfig, arm: Arm, seed, convs: list[Conversation], out:
     model = model_path(arm.extractor)
     front = {"port": free_port(), "log": str(out / "front.jsonl"), "max_tokens": cfg.front_max_tokens}
     scfg = private_serve_config(cfg.serve_config, model, arm.max_model_len, [f"front={json.dumps(front)}"])
-    scfg.router = scfg.planner = scfg.gate = scfg.consolidator = None
     tokenizer = AutoTokenizer.from_pretrained(resolve_extractor(scfg))
     with Servers(scfg, log_dir=str(out / "logs"), front=arm.via == "front") as servers:
         url = f"{servers.front_url}/v1" if arm.via == "front" else f"{servers.urls[0]}/v1"

@@ -263,11 +263,12 @@ def consolidator_scores(pred: list[str | None], gold: list[str]) -> dict:
     }
 
 
-def segmenter_scores(pred: list[bool | None], rows: list[dict]) -> dict:
+def segmenter_scores(pred: list[bool | None], rows: list[dict], ci: bool = True) -> dict:
     """TraceMem topic segmentation over the gold sessions: boundary precision / recall / F1 and accuracy over
     the decisions (every utterance but a session's first), Pk and WindowDiff (metrics.segmentation, probes
     pooled); `None` = an unreadable answer, read as no cut and counted in valid_rate. Intervals resample
-    sessions. Baselines from the gold labels alone: never cut (the majority decision) and always cut."""
+    sessions (`ci=False` spares threshold tuning the bootstrap). Baselines from the gold labels alone: never
+    cut (the majority decision) and always cut."""
     from memdistill.metrics.segmentation import pk_counts, windowdiff_counts
 
     sessions: dict = {}
@@ -305,10 +306,24 @@ def segmenter_scores(pred: list[bool | None], rows: list[dict]) -> dict:
         "sessions": n,
         "decisions": int(c["n"].sum()),
         "gold_change_share": round(_div(sum(map(sum, gold)), c["n"].sum()), 4),
-        **with_ci({**stats(c), "valid_rate": lambda idx: _div(valid[idx].sum(), c["n"][idx].sum())}, n),
     }
     everything = list(range(n))
+    own = {**stats(c), "valid_rate": lambda idx: _div(valid[idx].sum(), c["n"][idx].sum())}
+    out.update(with_ci(own, n) if ci else {k: round(float(f(everything)), 4) for k, f in own.items()})
     for name, cut in (("never_cut_baseline", False), ("always_cut_baseline", True)):
         b = figures([[cut] * len(g) for g in gold])
         out[name] = {k: round(float(f(everything)), 4) for k, f in stats(b).items()}
     return out
+
+
+def task_scores(task: str, pred, rows: list[dict]) -> dict:
+    """An encoder task's figures for decisions on its built rows (gate: kept ids per example, or None)."""
+    if task == "router":
+        return router_scores(pred, [r["labels"] for r in rows])
+    if task == "planner":
+        return planner_scores(pred, [r["label"] for r in rows])
+    if task == "consolidator":
+        return consolidator_scores(pred, [r["label"] for r in rows])
+    if task == "segmenter":
+        return segmenter_scores(pred, rows)
+    return gate_scores(gate_examples(rows), pred)

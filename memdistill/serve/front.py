@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import time
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from memdistill.core.config import job_config
+from memdistill.core.config import env_key, job_config
 from memdistill.spec.dialogue import Turn, Window, choose_window
 
 MEM0_VERSION = "2.2.1"  # the mem0ai release whose prompt these sections are read from (constraints.txt)
@@ -197,8 +196,8 @@ class Front:
         from memdistill.serve.client import MemoryModels
 
         self.cfg = cfg
-        self.key = _env_key(cfg.api_key_env)
-        self.upstream_key = _env_key(cfg.upstream_api_key_env)
+        self.key = env_key(cfg.api_key_env, "api_key_env")
+        self.upstream_key = env_key(cfg.upstream_api_key_env, "upstream_api_key_env")
         self.upstream = (cfg.upstream or cfg.extractor_urls[0]).rstrip("/")
         self.mm = MemoryModels(
             cfg.extractor_urls, api_key=self.key, model=cfg.model, max_tokens=cfg.max_tokens, model_dir=cfg.model_dir
@@ -346,15 +345,6 @@ def _completion(answer: dict, model: str, stats: dict) -> dict:
         "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
         "memdistill": stats,
     }
-
-
-def _env_key(name: str | None) -> str | None:
-    if not name:
-        return None
-    key = os.environ.get(name)
-    if not key:
-        raise ValueError(f"{name}: that environment variable is not set")
-    return key
 
 
 def main(argv=None) -> int:

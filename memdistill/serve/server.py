@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from memdistill.core.config import from_mapping, job_config
+from memdistill.core.config import env_key, from_mapping, job_config
 from memdistill.spec.dialogue import describe_windows
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
 
@@ -200,11 +200,8 @@ def _env(cfg: ServeConfig) -> dict:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
     env.update({k: str(v) for k, v in cfg.env.items()})
-    if cfg.api_key_env:
-        key = os.environ.get(cfg.api_key_env)
-        if not key:
-            raise ValueError(f"api_key_env={cfg.api_key_env}: that environment variable is not set")
-        env["VLLM_API_KEY"] = key  # vLLM reads it; the key never appears on a command line
+    if cfg.api_key_env:  # vLLM reads it; the key never appears on a command line
+        env["VLLM_API_KEY"] = env_key(cfg.api_key_env, "api_key_env")
     return env
 
 

@@ -389,18 +389,9 @@ def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid)
         examples = gate_examples(rows, [p[0] for p in probs])
         return {"keep": best(lambda t: gate_scores(examples, shift=_logit(t))["keep_f1"])}
     if task == "segmenter":
-        from memdistill.metrics.segmentation import windowdiff_counts
+        from memdistill.metrics.encoders import segmenter_scores
 
-        sessions: dict = {}
-        for k, r in enumerate(rows):
-            sessions.setdefault((r["conversation_id"], r["session_id"]), []).append(k)
-
-        def windowdiff(t: float) -> float:
-            counts = [windowdiff_counts([rows[k]["_target"] == 1 for k in ks], [probs[k][1] >= t for k in ks])
-                      for ks in sessions.values()]  # fmt: skip
-            return sum(e for e, _ in counts) / max(1, sum(n for _, n in counts))
-
-        return {"CHANGE": best(lambda t: -windowdiff(t))}
+        return {"CHANGE": best(lambda t: -segmenter_scores([p[1] >= t for p in probs], rows, ci=False)["windowdiff"])}
     return {}
 
 
@@ -540,25 +531,18 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
 
 def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
     """Dev figures of the exported model (decisions as served)."""
-    from memdistill.metrics.encoders import (
-        consolidator_scores,
-        gate_examples,
-        gate_scores,
-        planner_scores,
-        router_scores,
-        segmenter_scores,
-    )
+    from memdistill.metrics.encoders import gate_examples, gate_scores, task_scores
 
     scores = enc.scores([model_inputs(task, r) for r in rows])
-    if task == "router":
-        return router_scores([memory_type.from_probs(p) for p in scores], [r["labels"] for r in rows])
-    if task == "planner":
-        return planner_scores([recall_plan.complexity_of(p) for p in scores], [r["label"] for r in rows])
-    if task == "consolidator":
-        return consolidator_scores([consolidation.action_of(p) for p in scores], [r["label"] for r in rows])
-    if task == "segmenter":
-        return segmenter_scores([topic_segment.label_of(p) == "CHANGE" for p in scores], rows)
-    return gate_scores(gate_examples(rows, [p[0] for p in scores]))
+    if task == "gate":  # selection under budgets happens inside gate_scores
+        return gate_scores(gate_examples(rows, [p[0] for p in scores]))
+    decide = {
+        "router": memory_type.from_probs,
+        "planner": recall_plan.complexity_of,
+        "consolidator": consolidation.action_of,
+        "segmenter": lambda p: topic_segment.label_of(p) == "CHANGE",
+    }[task]
+    return task_scores(task, [decide(p) for p in scores], rows)
 
 
 def train(cfg: EncoderConfig) -> dict:
