@@ -12,10 +12,12 @@
 #   make train-gate      train the TiMem recall gate (cross-encoder)
 #   make train-consolidator  train the DimMem memory-update consolidator (MERGE / SUPERSEDE / KEEPBOTH)
 #   make train-segmenter train the TraceMem topic segmenter (CHANGE / DEVELOP per utterance)
+#   make train-querytyper train the MemoType query typer (EM / PM / GM / none; labels: the router's vote)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
 #   make eval-e2e        memory banks + retrieval end to end: evidence recall@k, tokens/query (runs/eval-e2e)
+#   make eval-typing     MemoType query typing three ways + type-scoped retrieval (Recall@k / NDCG@k, runs/eval-typing)
 #   make eval-mem0       mem0's own add() / search(): its prompt on the untrained model vs the front over the trained extractor
 #   make eval-fidelity   the merged extractor against a teacher on the gold test split, no gold used (runs/eval-fidelity)
 #   make eval-encoders   router / planner / gate / consolidator vs the served LM and rules on the test split
@@ -70,10 +72,15 @@ data: setup
 train-extractor: setup models data
 	$(PY) -m memdistill train extractor --config $(TRAIN_CONFIG) $(ARGS)
 
-.PHONY: train-router train-planner train-gate train-consolidator train-segmenter eval-encoders
+.PHONY: train-router train-planner train-gate train-consolidator train-segmenter train-querytyper eval-encoders
 # ENCODER_CONFIG=configs/training/router_roberta_base.yaml make train-router  (GPU recipe)
 train-router train-planner train-gate train-consolidator train-segmenter: train-%: setup models data
 	$(PY) -m memdistill train $* --config $(or $(ENCODER_CONFIG),configs/training/$*_cpu.yaml) $(ARGS)
+
+# the query typer learns the type router's vote: a router is trained first when none is exported
+train-querytyper: setup models data
+	@test -f runs/router-cpu/model/config.json || $(MAKE) train-router
+	$(PY) -m memdistill train querytyper --config $(or $(ENCODER_CONFIG),configs/training/querytyper_cpu.yaml) $(ARGS)
 
 merge: setup models
 	$(PY) -m memdistill merge --config $(MERGE_CONFIG) $(ARGS)
@@ -89,6 +96,11 @@ eval-e2e: setup models
 
 eval-encoders: setup models data
 	$(PY) -m memdistill eval-encoders --config $(or $(ENCODERS_EVAL_CONFIG),configs/eval/encoders_cpu.yaml) $(ARGS)
+
+.PHONY: eval-typing
+eval-typing: setup models data
+	@test -f runs/querytyper-cpu/model/config.json || $(MAKE) train-querytyper
+	$(PY) -m memdistill eval-typing --config $(or $(TYPING_CONFIG),configs/eval/typing_cpu.yaml) $(ARGS)
 
 .PHONY: eval-mem0
 eval-mem0: setup models

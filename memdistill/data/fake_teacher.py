@@ -40,6 +40,7 @@ from memdistill.spec import (
     extraction,
     memory_type,
     query_parse,
+    query_type,
     recall_gate,
     recall_plan,
     topic_segment,
@@ -231,6 +232,9 @@ def answer(messages: list[dict]) -> str:
         target = next((ln for ln in user.splitlines() if ln.startswith("TARGET: ")), "").lower()
         shift = any(cue in target for cue in ("by the way", "anyway", "speaking of", "another thing"))
         out = {"intent": "CHANGE" if shift else "DEVELOP"}
+    elif system in (query_type.TEACHER_SYSTEM.format(k=query_type.K), query_type.STUDENT_SYSTEM.format(k=query_type.K)):
+        q = after("Question:").rstrip("?")
+        out = {"memories": [f"User: {lead} {q.lower()}." for lead in ("I remember", "About", "Yes,", "So,", "Well,")]}
     elif system == dialogue_synthesis.TEACHER_SYSTEM:
         out = _dialogue(user)
     else:

@@ -16,6 +16,11 @@ earlier labels:
   recall_gate  each planned question, with the `gate_candidates` memories BM25 ranks highest among
                the records the extraction job wrote for that conversation (shuffled with a fixed
                seed so the teacher sees no rank order) -> the ids to keep.
+  topic_segment  every utterance but a session's first, with two utterances of context on each side ->
+               CHANGE / DEVELOP (TraceMem).
+  query_type   the sources' questions -> query_type.K hypothetical memories that would answer each
+               (MemoType Eq. 2); `memdistill train querytyper` labels the question with its type
+               router's vote over them, as offline over the gold evidence turns.
   consolidation  the extraction job's records of each conversation in the order they were said, each
                against every earlier one that passes the candidate cascade (`pair_cascade`: same
                memory_type, keywords and/or MiniLM cosine, as the runtime asks) -> MERGE / SUPERSEDE /
@@ -74,14 +79,32 @@ from memdistill.data.teacher import (
     settings_from_dict,
     transport_rejection,
 )
-from memdistill.spec import TASKS, consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import (
+    TASKS,
+    consolidation,
+    extraction,
+    memory_type,
+    query_parse,
+    query_type,
+    recall_gate,
+    recall_plan,
+    topic_segment,
+)
 from memdistill.spec.dialogue import Conversation, Window, windows
 from memdistill.spec.jsonout import Problem, load_json
 
 # Answers the student would learn to cut short: reject even when something was salvaged.
 ALWAYS_REJECT = {"truncated_output", "unterminated_think"}
 # Output caps for the short-answer jobs (extraction uses the teacher's max_tokens).
-MAX_TOKENS = {"query_parse": 512, "memory_type": 64, "recall_plan": 128, "recall_gate": 512, "consolidation": 512}
+MAX_TOKENS = {
+    "query_parse": 512,
+    "memory_type": 64,
+    "recall_plan": 128,
+    "recall_gate": 512,
+    "consolidation": 512,
+    "topic_segment": 32,
+    "query_type": 640,
+}
 SOURCE_KEYS = {"format", "path", "name", "style", "max_conversations"}
 # Items in a row whose retries all ran out with no answer at all in this run: the endpoint is not there,
 # and asking the rest would only add each item's full retry schedule to the wait.
@@ -239,6 +262,31 @@ def snippet_items(convs: list[SourceConv], mode: str) -> list[Item]:
         for sc in convs
         for ids, text in snippets(sc.conv)
     ]
+
+
+def segment_items(convs: list[SourceConv]) -> list[Item]:
+    """One item per topic decision (every utterance but a session's first), as topic_segment.context reads it."""
+    out = []
+    for sc in convs:
+        for sess in sc.conv.sessions:
+            for i in topic_segment.decisions(sess.turns):
+                before, target, after = topic_segment.context(sess.turns, i)
+                tid = sess.turns[i].turn_id
+                out.append(
+                    Item(
+                        "topic_segment",
+                        f"{sc.source}|{sc.conv.conversation_id}|{sess.session_id}|{tid}",
+                        sc,
+                        {
+                            "before": before,
+                            "target": target,
+                            "after": after,
+                            "turn_id": tid,
+                            "session_id": sess.session_id,
+                        },  # fmt: skip
+                    )
+                )
+    return out
 
 
 def gate_items(
@@ -420,6 +468,21 @@ async def ask(item: Item, t: Teacher, min_candidates: int) -> Outcome:
         )
         res = recall_gate.parse(r.text, n_candidates=len(cands), complexity=inp["complexity"])
         return Outcome(res.ok, {"kept_ids": res.kept_ids} if res.ok else None, res.problems, [r])
+    if job == "topic_segment":
+        r = await t.complete(
+            topic_segment.chat_messages(inp["before"], inp["target"], inp["after"], "teacher"),
+            topic_segment.json_schema(),
+            "intent",
+            cap,
+        )
+        res = topic_segment.parse(r.text)
+        return Outcome(res.ok, {"intent": res.intent} if res.ok else None, res.problems, [r])
+    if job == "query_type":
+        r = await t.complete(
+            query_type.chat_messages(inp["question"], "teacher"), query_type.json_schema(), "memories", cap
+        )
+        res = query_type.parse(r.text)
+        return Outcome(res.ok, {"memories": res.memories} if res.ok else None, res.problems, [r])
     if job == "consolidation":
         new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
         r = await t.complete(
@@ -701,8 +764,10 @@ async def run_all(cfg) -> tuple[dict, dict]:
     for job in jobs:
         if job == "extraction":
             items = extraction_items(convs, cfg.windows)
-        elif job in ("query_parse", "recall_plan"):
+        elif job in ("query_parse", "recall_plan", "query_type"):
             items = question_items(job, convs)
+        elif job == "topic_segment":
+            items = segment_items(convs)
         elif job == "memory_type":
             items = snippet_items(convs, cfg.type_mode)
         elif job == "consolidation":

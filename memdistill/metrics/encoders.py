@@ -13,7 +13,7 @@ import numpy as np
 
 # bootstrap_ci lives in stats; re-exported here for existing importers
 from memdistill.metrics.stats import bootstrap_ci
-from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
+from memdistill.spec import consolidation, memory_type, query_type, recall_gate, recall_plan
 
 
 def binary_prf(pred: list[bool], gold: list[bool]) -> dict:
@@ -113,12 +113,13 @@ def router_scores(pred: list[list[str] | None], gold: list[list[str]]) -> dict:
     return out
 
 
-def planner_scores(pred: list[str | None], gold: list[str]) -> dict:
-    """Accuracy, macro-F1 and per-class F1 over simple / hybrid / complex (an answer outside them is
-    wrong), valid rate; intervals over questions; always-the-majority-class baseline."""
+def planner_scores(pred: list[str | None], gold: list[str], labels=recall_plan.COMPLEXITIES) -> dict:
+    """Accuracy, macro-F1 and per-class F1 over `labels` (planner: simple / hybrid / complex; query typer:
+    EM / PM / GM / none; an answer outside them is wrong), valid rate; intervals over questions;
+    always-the-majority-class baseline."""
     from sklearn.metrics import confusion_matrix
 
-    labs = list(recall_plan.COMPLEXITIES)
+    labs = list(labels)
     p = [x if x in labs else "invalid" for x in pred]
     P, G, n = np.array(p, dtype=object), np.array(gold, dtype=object), len(gold)
     f1 = {c: _prf(P == c, G == c)["f1"] for c in labs}
@@ -139,9 +140,9 @@ def planner_scores(pred: list[str | None], gold: list[str]) -> dict:
             "accuracy": round(gold.count(majority) / n, 4) if n else 0.0,
             "macro_f1": round(binary_prf([True] * n, [g == majority for g in gold])["f1"] / len(labs), 4),
         },
-        "confusion (rows gold, cols pred: simple, hybrid, complex, invalid)": confusion_matrix(
+        f"confusion (rows gold, cols pred: {', '.join(labs)}, invalid)": confusion_matrix(
             gold, p, labels=labs + ["invalid"]
-        )[:3].tolist()
+        )[: len(labs)].tolist()
         if n
         else [],
     }
@@ -326,4 +327,6 @@ def task_scores(task: str, pred, rows: list[dict]) -> dict:
         return consolidator_scores(pred, [r["label"] for r in rows])
     if task == "segmenter":
         return segmenter_scores(pred, rows)
+    if task == "querytyper":
+        return planner_scores(pred, [r["label"] for r in rows], query_type.LABELS)
     return gate_scores(gate_examples(rows), pred)

@@ -18,6 +18,23 @@ def evidence_coverage(hits: list, evidence: list[str]) -> tuple[float, bool]:
     return len(covered) / len(ev), bool(covered)
 
 
+def ndcg_at(hits: list, evidence: list[str], k: int) -> float:
+    """NDCG@k with binary relevance, as MemoType reports it beside Recall@k (Table 2): a hit is relevant
+    when it points to an evidence turn no higher hit already covered (a bank may hold several records of
+    one turn; the turn counts once), gain 1 / log2(rank + 1); the ideal ranking puts one hit per evidence
+    turn first."""
+    if not evidence:
+        raise ValueError("a question without evidence turns has no NDCG")
+    ev, seen, dcg = set(evidence), set(), 0.0
+    for rank, h in enumerate(hits[:k], 1):
+        new = (ev & set(h.item.source_turns)) - seen
+        if new:
+            seen |= new
+            dcg += 1.0 / np.log2(rank + 1)
+    ideal = sum(1.0 / np.log2(r + 1) for r in range(1, min(k, len(ev)) + 1))
+    return float(dcg / ideal)
+
+
 class TokenCounter:
     """Tokens of the recalled context under one tokenizer (default: SmolLM2's, a 49k BPE)."""
 

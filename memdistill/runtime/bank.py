@@ -43,6 +43,9 @@ class MemoryItem:
     valid_until: datetime | None = None
     merged_into: str | None = None
     sources: list[str] | None = None
+    # TriMEM labels the type router gave the content when it entered a typed bank (MemoryBank.type_with);
+    # None = never typed, [] = typed none. Type-scoped retrieval searches both (memdistill.spec.query_type).
+    types: list[str] | None = None
 
     @property
     def current(self) -> bool:
@@ -84,6 +87,7 @@ class MemoryItem:
             "timestamp": self.timestamp.isoformat() if self.timestamp else None,
             "content": self.content,
             "dimension": self.dimension.model_dump(),
+            **({"types": self.types} if self.types is not None else {}),
             **(
                 {
                     "status": self.status,
@@ -138,11 +142,23 @@ class MemoryItem:
             until,
             row.get("merged_into"),
             row.get("sources"),
+            _types(row.get("types"), where),
         )
+
+
+def _types(value, where: str) -> list[str] | None:
+    from memdistill.spec.memory_type import LABELS
+
+    if value is None:
+        return None
+    if not isinstance(value, list) or any(x not in LABELS for x in value):
+        raise BankError(f"{where}: field 'types' should be a list of {LABELS}, got {value!r}")
+    return list(value)
 
 
 class MemoryBank:
     def __init__(self, items: Iterable[MemoryItem]):
+        self.typer = None
         self.items = list(items)
         self._by_conv: dict[str, list[MemoryItem]] = defaultdict(list)
         self._by_id: dict[str, MemoryItem] = {}
@@ -162,9 +178,21 @@ class MemoryBank:
     def add(self, item: MemoryItem) -> None:
         if item.memory_id in self._by_id:
             raise BankError(f"memory_id {item.memory_id!r} is already in the bank")
+        if self.typer is not None and item.types is None:
+            item.types = list(self.typer([item.content])[0])
         self.items.append(item)
         self._by_conv[item.conversation_id].append(item)
         self._by_id[item.memory_id] = item
+
+    def type_with(self, typer) -> int:
+        """Type every untyped record now and each record as it is added from here on. `typer`: texts ->
+        TriMEM label lists, e.g. `lambda xs: [r.labels for r in models.classify_types(xs)]` or an in-process
+        Encoder's classify_types. Returns how many records it typed now."""
+        self.typer = typer
+        todo = [it for it in self.items if it.types is None]
+        for it, labels in zip(todo, typer([it.content for it in todo]) if todo else []):
+            it.types = list(labels)
+        return len(todo)
 
     @classmethod
     def from_extracted(cls, memories) -> "MemoryBank":

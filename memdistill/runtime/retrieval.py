@@ -35,6 +35,10 @@ Hooks (plain callables, all optional):
   (default memdistill.spec.recall_gate.BUDGETS, flat caps that are memdistill's choice: TiMem's planner
   sets per-level budgets of a memory hierarchy instead, Table 7, which a flat bank has no levels for).
 - gate(question, complexity, candidate texts) -> kept 1-based ids among the budgeted candidates.
+- query_typer(question) -> MemoType query type (EM / PM / GM / none, memdistill.spec.query_type): retrieval is
+  scoped to records the type router gave that type when they entered the bank (MemoryBank.type_with);
+  records never typed or typed none stay searchable, so scoping only skips records typed otherwise.
+  Recall.skipped is the share of the conversation's records it skipped (MemoType: about 20%, section 2.2).
 A planner that always answers one complexity is TiMem's fixed-scope setting (Table 3, "w/o Planner").
 Consolidated banks (memdistill.runtime.consolidate): current records rank before superseded or merged
 ones (`history="after"`), or the latter are dropped (`"drop"`) or ranked by score alone (`"mixed"`).
@@ -54,6 +58,7 @@ import numpy as np
 from memdistill.core.embedder import Embedder
 from memdistill.runtime.bank import MemoryBank, MemoryItem
 from memdistill.spec import qa
+from memdistill.spec import query_type as query_type_spec
 from memdistill.spec.dialogue import Conversation
 from memdistill.spec.query_parse import QueryAnalysis, QueryDimension, time_range
 from memdistill.spec.recall_gate import BUDGETS, select
@@ -130,6 +135,8 @@ class Recall:
     complexity: str | None = None
     target_types: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    query_type: str | None = None
+    skipped: float = 0.0  # share of the conversation's records outside the query type's scope
 
 
 class _ConvIndex:
@@ -169,6 +176,7 @@ class MemoryRuntime:
         router: Callable | None = None,
         planner: Callable | None = None,
         gate: Callable | None = None,
+        query_typer: Callable | None = None,
         conversations: dict[str, Conversation] | None = None,
         history: str = "after",
         fusion: str = "rrf",
@@ -179,7 +187,7 @@ class MemoryRuntime:
         self.top_k, self.rrf_k, self.dim_weight, self.budget = top_k, rrf_k, dim_weight, budget
         self.weights = {**DIM_WEIGHTS, **(weights or {})}
         self.plan_budgets = dict(plan_budgets or BUDGETS)
-        self.router, self.planner, self.gate = router, planner, gate
+        self.router, self.planner, self.gate, self.query_typer = router, planner, gate, query_typer
         self.conversations = conversations or {}
         if history not in HISTORY:
             raise ValueError(f"history={history!r}: expected one of {HISTORY}")
@@ -213,17 +221,20 @@ class MemoryRuntime:
         query: QueryAnalysis | None = None,
         route: bool = True,
         target_types=(),
+        query_type: str | None = None,
     ) -> list[Hit]:
-        """The fused tri-path ranking (bi-path with route=False) of one conversation's memories."""
+        """The fused tri-path ranking (bi-path with route=False) of one conversation's memories; with a
+        `query_type`, of those in its scope only (memdistill.spec.query_type.in_scope)."""
         idx = self.index(conversation_id)
         n = len(idx.items)
         if not n:
             return []
+        allowed = [query_type_spec.in_scope(it.types, query_type) for it in idx.items]
         anchor = query.query_anchor if query else question
         lexical = " ".join([anchor, *(query.dimension.keywords if query else [])])
         bm25 = idx.bm25_scores(lexical)
         cos = idx.vectors @ self.embed([anchor])[0]
-        order = lambda s: sorted(range(n), key=lambda i: (-s[i], -cos[i], i))  # noqa: E731
+        order = lambda s: sorted((i for i in range(n) if allowed[i]), key=lambda i: (-s[i], -cos[i], i))  # noqa: E731
         routes = {"bm25": [i for i in order(bm25) if bm25[i] > 0][: self.top_k], "dense": order(cos)[: self.top_k]}
         dim = [None] * n
         if route:
@@ -270,10 +281,15 @@ class MemoryRuntime:
     ) -> Recall:
         """Rank, then keep what the answer model reads: the planner sets the budget (else `budget`; None
         keeps the whole ranking, as DimMem reads its whole union), the gate filters."""
-        notes, types = [], []
+        notes, types, qtype, skipped = [], [], None, 0.0
         if route and self.router is not None and not (query and query.dimension.target_memory_type):
             types = list(self.router(question) or [])
-        hits = self.rank(question, conversation_id, query, route, types)
+        if self.query_typer is not None:
+            qtype = self.query_typer(question)
+            items = self.bank.of(conversation_id)
+            if items:
+                skipped = sum(not query_type_spec.in_scope(it.types, qtype) for it in items) / len(items)
+        hits = self.rank(question, conversation_id, query, route, types, qtype)
         complexity, budget = None, len(hits) if self.budget is None else self.budget
         if self.planner is not None:
             complexity = self.planner(question)
@@ -289,7 +305,7 @@ class MemoryRuntime:
                 notes.append("gate output unusable; every budgeted candidate kept")
             else:
                 kept = [kept[i - 1] for i in ids if 1 <= i <= len(kept)]
-        return Recall(hits, kept, budget, complexity, types, notes)
+        return Recall(hits, kept, budget, complexity, types, notes, qtype, skipped)
 
     def context(self, hits: list[Hit], assistant_replies: bool = False) -> str:
         """The memory block the answer model reads. With assistant_replies (the query asks what the
@@ -327,11 +343,11 @@ def types_from_trimem(labels) -> list[str]:
 
 
 def hooks_from_models(mm, which=("router", "planner", "gate")) -> dict:
-    """router / planner / gate callables for MemoryRuntime over a memdistill.serve.client.MemoryModels
-    endpoint (or anything with its classify_types, plan and gate methods)."""
-    unknown = set(which) - {"router", "planner", "gate"}
+    """router / planner / gate / query_typer callables for MemoryRuntime over a memdistill.serve.client.
+    MemoryModels endpoint (or anything with its classify_types, plan, gate and query_type methods)."""
+    unknown = set(which) - {"router", "planner", "gate", "query_typer"}
     if unknown:
-        raise ValueError(f"unknown hooks {sorted(unknown)}; expected router, planner, gate")
+        raise ValueError(f"unknown hooks {sorted(unknown)}; expected router, planner, gate, query_typer")
     hooks = {}
     if "router" in which:
         hooks["router"] = lambda q: types_from_trimem(mm.classify_types([q])[0].labels)
@@ -339,6 +355,8 @@ def hooks_from_models(mm, which=("router", "planner", "gate")) -> dict:
         hooks["planner"] = lambda q: p.plan.complexity if (p := mm.plan(q)).ok else None
     if "gate" in which:
         hooks["gate"] = lambda q, c, cands: mm.gate(q, c, cands).kept_ids
+    if "query_typer" in which:
+        hooks["query_typer"] = mm.query_type
     return hooks
 
 

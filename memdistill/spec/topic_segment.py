@@ -96,6 +96,9 @@ class ParseResult:
     def ok(self) -> bool:
         return not self.problems
 
+    def to_json(self) -> dict:
+        return {"records": [{"intent": self.intent}], "problems": [p.to_json() for p in self.problems]}
+
 
 def parse(raw: str | None) -> ParseResult:
     """An LM's answer; never raises. Unreadable -> DEVELOP (no cut) with a problem."""

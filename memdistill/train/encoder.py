@@ -5,6 +5,8 @@ memory-update consolidator.
   memdistill train planner --config configs/training/planner_cpu.yaml [key=value ...]   (make train-planner)
   memdistill train gate    --config configs/training/gate_cpu.yaml    [key=value ...]   (make train-gate)
   memdistill train consolidator --config configs/training/consolidator_cpu.yaml       (make train-consolidator)
+  memdistill train segmenter --config configs/training/segmenter_cpu.yaml             (make train-segmenter)
+  memdistill train querytyper --config configs/training/querytyper_cpu.yaml           (make train-querytyper)
   accelerate launch --config_file configs/accelerate/single_gpu.yaml -m memdistill.train.encoder \
       --config configs/training/router_roberta_base.yaml
 
@@ -16,6 +18,10 @@ memory-update consolidator.
   candidate memory) -> keep probability; `recall_gate.select` applies the per-complexity budgets.
 - consolidator: single-label over memdistill.spec.consolidation.ACTIONS (softmax) on one text,
   `consolidation.encoder_text(new, existing)` (one text so that vLLM's /classify reads it as trained).
+- segmenter: two-way softmax (DEVELOP / CHANGE) over `topic_segment.encoder_text` (an utterance in context).
+- querytyper: single-label over memdistill.spec.query_type.LABELS (EM / PM / GM / none) on the question; the
+  label is MemoType's vote of the type router named by `label_router` over the row's memories, cast here
+  (the data stage may not import a trained model).
 
 Rows come from `memdistill data` (data/built/<task>/{train,dev}.jsonl, built on first use). With a dev
 file the run evaluates and checkpoints every epoch and keeps the best epoch; a killed run resumes from its
@@ -49,19 +55,28 @@ from memdistill.core.report import (
     peak_memory_mb,
     plot_loss,
 )
-from memdistill.spec import SCHEMA_VERSION, consolidation, memory_type, recall_gate, recall_plan, topic_segment
+from memdistill.spec import (
+    SCHEMA_VERSION,
+    consolidation,
+    memory_type,
+    query_type,
+    recall_gate,
+    recall_plan,
+    topic_segment,
+)
 from memdistill.train.extractor import optimisation_args, run_args
 
-TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
+TASKS = ("router", "planner", "gate", "consolidator", "segmenter", "querytyper")
 LABELS = {
     "router": memory_type.LABELS,
     "planner": recall_plan.COMPLEXITIES,
     "gate": ("keep",),
     "consolidator": consolidation.ACTIONS,
     "segmenter": topic_segment.LABELS,
+    "querytyper": query_type.LABELS,
 }
 # single-label heads: argmax (the segmenter's dev-tuned cut on P(CHANGE) is folded into its bias first)
-SOFTMAX = ("planner", "consolidator", "segmenter")
+SOFTMAX = ("planner", "consolidator", "segmenter", "querytyper")
 # The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
 # regression) and vLLM applies a sigmoid.
 PROBLEM_TYPE = {
@@ -70,18 +85,21 @@ PROBLEM_TYPE = {
     "gate": "multi_label_classification",
     "consolidator": "single_label_classification",
     "segmenter": "single_label_classification",
+    "querytyper": "single_label_classification",
 }
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 
 
 @dataclass
 class EncoderConfig:
-    task: str = "router"  # router | planner | gate | consolidator | segmenter
+    task: str = "router"  # router | planner | gate | consolidator | segmenter | querytyper
     model: str = "embedded:minilm"
     train_file: str = "data/built/router/train.jsonl"
     eval_file: str | None = "data/built/router/dev.jsonl"  # dev: best epoch + threshold tuning
     output_dir: str = "runs/router-cpu"
     data_config: str = "configs/data/seed.yaml"  # the build that writes train_file (named when it is missing)
+    # querytyper: the exported type router whose vote over each row's memories is the label (MemoType 2.2)
+    label_router: str | None = None
     max_train_rows: int | None = None
     max_length: int = 128
     learning_rate: float = 5e-5
@@ -151,8 +169,9 @@ def model_inputs(task: str, row: dict, where: str = "row") -> tuple:
     return (memory_type.encoder_text(text) if task == "router" else " ".join(text.split()),)
 
 
-def read_rows(path: str, task: str, limit: int | None = None) -> list[dict]:
-    """Built rows, each checked (schema version, fields, labels); errors name the file and line."""
+def read_rows(path: str, task: str, limit: int | None = None, label_router: str | None = None) -> list[dict]:
+    """Built rows, each checked (schema version, fields, labels); errors name the file and line.
+    Query-typer rows carry memories, not labels: `label_router` casts the vote (`vote_labels`)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
@@ -165,14 +184,38 @@ def read_rows(path: str, task: str, limit: int | None = None) -> list[dict]:
                 f"{SCHEMA_VERSION}; rebuild the dataset with `make data`"
             )
         model_inputs(task, row, where)
-        row["_target"] = target(task, row, where)
+        if task != "querytyper":
+            row["_target"] = target(task, row, where)
         rows.append(row)
     if not rows:
         raise ValueError(f"{p}: no rows")
+    if task == "querytyper":
+        if not label_router:
+            raise ValueError(f"{p}: query-typer rows are labelled by a type router's vote: set label_router")
+        vote_labels(rows, label_router)
+        for line_no, row in enumerate(rows, 1):
+            row["_target"] = target(task, row, f"{p}:{line_no}")
     if limit:
         import random
 
         rows = random.Random(0).sample(rows, min(limit, len(rows)))
+    return rows
+
+
+def vote_labels(rows: list[dict], router_dir: str) -> list[dict]:
+    """MemoType's query type for each row (memdistill.spec.query_type.vote): the exported router's
+    probabilities over the row's memories, voted. Sets row["label"] and row["router_labels"]."""
+    if not (Path(router_dir) / "config.json").exists():
+        raise FileNotFoundError(f"label_router {router_dir}: no exported type router there (run `make train-router`)")
+    router = Encoder(router_dir)
+    if router.task != "router":
+        raise ValueError(f"label_router {router_dir}: an exported {router.task}, not a type router")
+    texts = [m for r in rows for m in r["memories"]]
+    probs, k = router.scores([(memory_type.encoder_text(t),) for t in texts]), 0
+    for r in rows:
+        mine, k = probs[k : k + len(r["memories"])], k + len(r["memories"])
+        r["router_labels"] = [memory_type.from_probs(p) for p in mine]
+        r["label"] = query_type.vote(mine)
     return rows
 
 
@@ -217,6 +260,7 @@ def _metric_name(task: str) -> str:
         "gate": "ap",
         "consolidator": "macro_f1",
         "segmenter": "macro_f1",
+        "querytyper": "macro_f1",
     }[task]
 
 
@@ -273,8 +317,8 @@ def build_trainer(cfg: EncoderConfig):
             require_dataset(f, cfg.data_config)
     args = training_args(cfg, use_cpu=not torch.cuda.is_available())
     model, tok = build_model(cfg)
-    train_rows = read_rows(cfg.train_file, cfg.task, cfg.max_train_rows)
-    dev_rows = read_rows(cfg.eval_file, cfg.task) if cfg.eval_file else None
+    train_rows = read_rows(cfg.train_file, cfg.task, cfg.max_train_rows, cfg.label_router)
+    dev_rows = read_rows(cfg.eval_file, cfg.task, label_router=cfg.label_router) if cfg.eval_file else None
     evaluate = dev_rows is not None
     trainer = Trainer(
         model=model,
@@ -350,6 +394,10 @@ class Encoder:
     def changes(self, texts: list[str]) -> list[bool]:
         """`topic_segment.encoder_text` texts -> whether each utterance opens a topic."""
         return [topic_segment.label_of(p) == "CHANGE" for p in self.scores([(t,) for t in texts])]
+
+    def query_types(self, questions: list[str]) -> list[str]:
+        """Questions -> MemoType query type (EM / PM / GM / none), as the query typer learnt the vote."""
+        return [query_type.label_of(p) for p in self.scores([(query_type.encoder_text(q),) for q in questions])]
 
     def actions(self, pairs) -> list[str]:
         """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
@@ -432,6 +480,7 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
         "decision": _decision_rule(cfg.task, thresholds, folded),
         "base_model": cfg.model,
         "eval_overlap": dataset_overlap(cfg.train_file),
+        **({"label_router": cfg.label_router} if cfg.task == "querytyper" else {}),
     }
     model.config.memdistill = meta
     with atomic_dir(out) as tmp:
@@ -483,6 +532,9 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         "consolidator": "DimMem memory-update consolidator (cross-encoder over one text holding both records): "
         "(new record, existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by "
         "`consolidation.merge_rule`; `memdistill.spec.consolidation`",
+        "querytyper": "MemoType query typer: a question -> the TriMEM type its answer is stored as (EM / PM / GM / "
+        "none), distilled from the type router's majority vote over memories that answer it; "
+        "`memdistill.spec.query_type`",
         "segmenter": "TraceMem topic segmenter (cross-encoder over an utterance with two utterances of context on "
         "each side): CHANGE (opens a topic) / DEVELOP; `memdistill.spec.topic_segment`",
     }[meta["task"]]
@@ -541,6 +593,7 @@ def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
         "planner": recall_plan.complexity_of,
         "consolidator": consolidation.action_of,
         "segmenter": lambda p: topic_segment.label_of(p) == "CHANGE",
+        "querytyper": query_type.label_of,
     }[task]
     return task_scores(task, [decide(p) for p in scores], rows)
 
