@@ -356,6 +356,7 @@ def test_every_yaml_loads_into_its_dataclass():
     from memdistill.eval.extractor import EvalConfig
     from memdistill.eval.fidelity import FidelityConfig
     from memdistill.eval.mem0_compat import Mem0EvalConfig
+    from memdistill.eval.query_types import TypingEvalConfig
     from memdistill.serve.server import ServeConfig
     from memdistill.train.encoder import EncoderConfig
     from memdistill.train.extractor import ExtractorConfig, validate
@@ -369,6 +370,7 @@ def test_every_yaml_loads_into_its_dataclass():
         "gate_": EncoderConfig,
         "consolidator_": EncoderConfig,
         "segmenter_": EncoderConfig,
+        "querytyper_": EncoderConfig,
     }
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
@@ -388,6 +390,7 @@ def test_every_yaml_loads_into_its_dataclass():
                 "consolidation": ConsolidationEvalConfig,
                 "fidelity": FidelityConfig,
                 "mem0": Mem0EvalConfig,
+                "typing": TypingEvalConfig,
             }
             load_config(kinds_eval[prefix], path)
         elif rel.parts[0] == "serving":
