@@ -206,9 +206,11 @@ def test_router_overall_is_memotype_mean_of_per_type_and_exact_set_has_its_own_n
 
 
 def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baselines():
-    from memdistill.metrics.encoders import consolidator_scores, gate_examples, gate_scores, planner_scores
+    from memdistill.metrics.encoders import class_scores, consolidator_scores, gate_examples, gate_scores
 
-    s = planner_scores(["simple", "complex", None, "simple"], ["simple", "hybrid", "complex", "simple"])
+    s = class_scores(
+        ["simple", "complex", None, "simple"], ["simple", "hybrid", "complex", "simple"], recall_plan.COMPLEXITIES
+    )
     assert s["accuracy"] == 0.5 and s["valid_rate"] == 0.75 and s["f1"]["simple"] == 1.0
     assert s["macro_f1"] == round(1 / 3, 4) and not _inside(s) and not _inside(s["f1"])
     assert s["majority_baseline"] == {"label": "simple", "accuracy": 0.5, "macro_f1": round(2 / 3 / 3, 4)}

@@ -283,7 +283,7 @@ def segment_items(convs: list[SourceConv]) -> list[Item]:
                             "after": after,
                             "turn_id": tid,
                             "session_id": sess.session_id,
-                        },  # fmt: skip
+                        },
                     )
                 )
     return out

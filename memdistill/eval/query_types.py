@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from memdistill.core.config import job_config
 from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
-from memdistill.metrics.encoders import planner_scores
+from memdistill.metrics.encoders import class_scores
 from memdistill.metrics.recall import evidence_coverage, ndcg_at
 from memdistill.metrics.stats import mean_ci
 from memdistill.spec import memory_type, query_type
@@ -82,12 +82,9 @@ class TypingEvalConfig:
 
 def hypothetical_types(mm, router, questions: list[str], concurrency: int) -> tuple[list[str], list[dict]]:
     """MemoType's query type through the LM's hypothetical memories and the in-process router."""
-
-    def one(q):
-        return mm.hypothetical_memories(q)
-
     with ThreadPoolExecutor(concurrency) as pool:
-        parsed = list(tqdm(pool.map(one, questions), total=len(questions), desc="hypothetical memories", unit="q"))
+        asked = pool.map(mm.hypothetical_memories, questions)
+        parsed = list(tqdm(asked, total=len(questions), desc="hypothetical memories", unit="q"))
     types, detail = [], []
     for res in parsed:
         probs = router.scores([(memory_type.encoder_text(m),) for m in res.memories]) if res.memories else []
@@ -136,12 +133,10 @@ def run(cfg: TypingEvalConfig) -> Path:
 
     out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    rows = read_rows(
-        str(Path(cfg.data_dir) / "querytyper" / f"{cfg.split}.jsonl"), "querytyper", label_router=cfg.router
-    )
+    router = Encoder(cfg.router)
+    rows = read_rows(str(Path(cfg.data_dir) / "querytyper" / f"{cfg.split}.jsonl"), "querytyper", label_router=router)
     gold = [r["label"] for r in rows]
     texts = [r["text"] for r in rows]
-    router = Encoder(cfg.router)
     preds: dict[str, list[str]] = {
         RAW: [query_type.vote([p]) for p in router.scores([(t,) for t in texts])],
         RULES: [query_type.vote([memory_type.to_vector(rule_router(t))]) for t in texts],
@@ -157,7 +152,7 @@ def run(cfg: TypingEvalConfig) -> Path:
         preds[TYPER] = Encoder(cfg.querytyper).query_types(texts)
     else:
         skipped.append(f"query typer: no exported model at {cfg.querytyper} (run `make train-querytyper`)")
-    typing = {name: planner_scores(p, gold, query_type.LABELS) for name, p in preds.items()}
+    typing = {name: class_scores(p, gold, query_type.LABELS) for name, p in preds.items()}
 
     seed = seedlib.load(cfg.seed_dir)
     questions = [q for q in seed_questions(seed, cfg.split) if q.evidence]

@@ -113,7 +113,7 @@ def router_scores(pred: list[list[str] | None], gold: list[list[str]]) -> dict:
     return out
 
 
-def planner_scores(pred: list[str | None], gold: list[str], labels=recall_plan.COMPLEXITIES) -> dict:
+def class_scores(pred: list[str | None], gold: list[str], labels) -> dict:
     """Accuracy, macro-F1 and per-class F1 over `labels` (planner: simple / hybrid / complex; query typer:
     EM / PM / GM / none; an answer outside them is wrong), valid rate; intervals over questions;
     always-the-majority-class baseline."""
@@ -322,11 +322,11 @@ def task_scores(task: str, pred, rows: list[dict]) -> dict:
     if task == "router":
         return router_scores(pred, [r["labels"] for r in rows])
     if task == "planner":
-        return planner_scores(pred, [r["label"] for r in rows])
+        return class_scores(pred, [r["label"] for r in rows], recall_plan.COMPLEXITIES)
     if task == "consolidator":
         return consolidator_scores(pred, [r["label"] for r in rows])
     if task == "segmenter":
         return segmenter_scores(pred, rows)
     if task == "querytyper":
-        return planner_scores(pred, [r["label"] for r in rows], query_type.LABELS)
+        return class_scores(pred, [r["label"] for r in rows], query_type.LABELS)
     return gate_scores(gate_examples(rows), pred)

@@ -169,9 +169,10 @@ def model_inputs(task: str, row: dict, where: str = "row") -> tuple:
     return (memory_type.encoder_text(text) if task == "router" else " ".join(text.split()),)
 
 
-def read_rows(path: str, task: str, limit: int | None = None, label_router: str | None = None) -> list[dict]:
+def read_rows(path: str, task: str, limit: int | None = None, label_router=None) -> list[dict]:
     """Built rows, each checked (schema version, fields, labels); errors name the file and line.
-    Query-typer rows carry memories, not labels: `label_router` casts the vote (`vote_labels`)."""
+    Query-typer rows carry memories, not labels: `label_router` (an exported router's directory, or an
+    Encoder already loaded) casts the vote (`vote_labels`)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
@@ -202,14 +203,16 @@ def read_rows(path: str, task: str, limit: int | None = None, label_router: str 
     return rows
 
 
-def vote_labels(rows: list[dict], router_dir: str) -> list[dict]:
-    """MemoType's query type for each row (memdistill.spec.query_type.vote): the exported router's
-    probabilities over the row's memories, voted. Sets row["label"] and row["router_labels"]."""
-    if not (Path(router_dir) / "config.json").exists():
-        raise FileNotFoundError(f"label_router {router_dir}: no exported type router there (run `make train-router`)")
-    router = Encoder(router_dir)
+def vote_labels(rows: list[dict], router) -> list[dict]:
+    """MemoType's query type for each row (memdistill.spec.query_type.vote): the router's probabilities
+    over the row's memories, voted. `router`: an exported router's directory or its Encoder. Sets
+    row["label"] and row["router_labels"]."""
+    if not isinstance(router, Encoder):
+        if not (Path(router) / "config.json").exists():
+            raise FileNotFoundError(f"label_router {router}: no exported type router there (run `make train-router`)")
+        router = Encoder(router)
     if router.task != "router":
-        raise ValueError(f"label_router {router_dir}: an exported {router.task}, not a type router")
+        raise ValueError(f"label_router {router.dir}: an exported {router.task}, not a type router")
     texts = [m for r in rows for m in r["memories"]]
     probs, k = router.scores([(memory_type.encoder_text(t),) for t in texts]), 0
     for r in rows:
