@@ -16,3 +16,21 @@ def test_unknown_variant_keys_and_names_are_refused(tmp_path):
     cfg = AblateConfig(output_dir=str(tmp_path), variants=[{"name": "a"}], only=["b"])
     with pytest.raises(ValueError, match="no variant named \\['b'\\]"):
         run(cfg)
+
+
+def test_table_cells_and_chart_error_bars_carry_each_figures_interval():
+    from matplotlib.container import ErrorbarContainer
+
+    from memdistill.core.report import bars_of, draw_grouped_bars, pyplot
+    from memdistill.eval.ablate import _get
+
+    r = {"eval": {"memory_f1": 0.35, "memory_f1_ci95": [0.3, 0.4], "capped_outputs": 2, "windows": 221}}
+    assert _get(r, ("eval", "memory_f1")) == "0.350 [0.300, 0.400]" and _get(r, ("eval", "capped_outputs")) == 2
+    values, intervals = bars_of({"a": r["eval"]}, ["memory_f1", "capped_outputs"])
+    assert values == {"a": [0.35, 2]} and intervals == {"a": [[0.3, 0.4], None]}
+    fig, ax = pyplot().subplots()
+    draw_grouped_bars(ax, values, ["F1", "capped"], "t", ylim=None, intervals=intervals)
+    (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]  # one bar, the one with an interval
+    ((lo, hi),) = [(seg[0][1], seg[1][1]) for seg in bars.lines[2][0].get_segments()]
+    assert (round(lo, 6), round(hi, 6)) == (0.3, 0.4)
+    pyplot().close(fig)

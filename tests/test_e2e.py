@@ -7,7 +7,7 @@ import pytest
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.data import seed as seedlib
-from memdistill.eval.e2e import E2EConfig, run
+from memdistill.eval.e2e import NO_MEMORY, E2EConfig, run
 from memdistill.spec import qa
 from tests.conftest import REPO
 
@@ -345,7 +345,12 @@ def test_endpoint_bank_queries_hooks_and_judge_through_a_live_server(tmp_path, s
     assert res["stats"]["windows"] > 0 and res["stats"]["completion_tokens"] > 0
     assert len((out / "queries" / "served.jsonl").read_text().splitlines()) == 2
     rows = [json.loads(x) for x in (out / "qa.jsonl").read_text().splitlines()]
-    assert len(rows) == 6 and all(r["correct"] is not None or r["verdict_problems"] for r in rows)
+    assert len(rows) == 8 and all(r["correct"] is not None or r["verdict_problems"] for r in rows)
+    # judge accuracy's trivial baseline: the same two questions answered with no memory at all
+    base = [x for x in rows if x["bank"] == NO_MEMORY]
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert len(base) == 2 and meta["qa_baseline"]["overall"]["questions"] == 2
+    assert meta["qa_baseline"]["overall"]["accuracy"] == sum(bool(x["correct"]) for x in base) / 2
     # each accuracy is the share of that row's two judged answers marked correct, inside its interval
     for bank, r in (("served", res), ("gold", results["gold"])):
         for name, v in r["variants"].items():

@@ -294,7 +294,7 @@ def _write_split(root, n: int = 4) -> dict:
 
 def test_lm_baseline_asks_the_endpoint_named_in_the_config_and_the_report_names_it(tmp_path, monkeypatch):
     from memdistill.data.fake_teacher import FakeOpenAI
-    from memdistill.eval.encoders import EncoderEvalConfig, LMBaseline, run
+    from memdistill.eval.encoders import SECOND, EncoderEvalConfig, LMBaseline, run, second_annotator_predictions
     from memdistill.metrics.encoders import gate_examples
 
     rows = _write_split(tmp_path / "data")
@@ -327,9 +327,14 @@ def test_lm_baseline_asks_the_endpoint_named_in_the_config_and_the_report_names_
     res = json.loads((out / "metrics.json").read_text())
     assert res["lm"] == {"row": row, "base_url": url, "model": "fake-4o-mini"}
     for t in TASKS:
-        assert set(res["results"][t]) == {"rules", row} and res["results"][t][row]["valid_rate"] == 1.0, t
+        second = {SECOND} if t == "segmenter" else set()  # the blind relabelling covers the test sessions
+        assert set(res["results"][t]) == {"rules", row} | second and res["results"][t][row]["valid_rate"] == 1.0, t
+    flags, _ = second_annotator_predictions("data/seed/segments_second.jsonl", rows["segmenter"])
+    assert res["results"]["segmenter"][SECOND]["accuracy"] == sum(
+        f == (r["label"] == "CHANGE") for f, r in zip(flags, rows["segmenter"])
+    ) / len(flags)
     report = (out / "report.md").read_text()
-    assert report.count(f"| {row} |") == len(TASKS) and f"at {url}" in report
+    assert report.count(f"| {row} |") == len(TASKS) and f"at {url}" in report and f"| {SECOND} |" in report
     assert "| majority (always" in report and "| keep all (no gate) |" in report and "exact set" in report
 
 

@@ -3,6 +3,7 @@ segments.jsonl, and the metrics against hand-computed fixtures."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import pytest
@@ -133,6 +134,8 @@ def test_segmenter_scores_pool_sessions_and_sit_beside_never_and_always_cut():
     assert (s["precision"], s["recall"], s["f1"], s["accuracy"]) == (0.5, 0.5, 0.5, round(5 / 7, 4))
     # session a: the off-by-one fixture above, 2 of 4 probes; session b (3 utterances, k = 1): 2 probes, none wrong
     assert s["pk"] == s["windowdiff"] == round(2 / 6, 4) and s["valid_rate"] == round(6 / 7, 4)
+    # kappa: both cut 2 of 7; chance agreement (2/7)^2 + (5/7)^2 = 29/49, observed 35/49 -> (6/49) / (20/49)
+    assert s["kappa"] == 0.3 and s["never_cut_baseline"]["kappa"] == s["always_cut_baseline"]["kappa"] == 0.0
     assert s["never_cut_baseline"]["accuracy"] == round(5 / 7, 4) and s["never_cut_baseline"]["recall"] == 0.0
     assert s["always_cut_baseline"]["recall"] == 1.0 and s["always_cut_baseline"]["precision"] == round(2 / 7, 4)
     assert s["precision_ci95"][0] <= s["precision"] <= s["precision_ci95"][1]
@@ -148,3 +151,30 @@ def test_the_rule_baseline_cuts_on_a_cue_or_on_no_shared_content_word():
         rule_segmenter({"before": before, "target": "Maya: My sister adopted two kittens yesterday afternoon"}) is True
     )
     assert rule_segmenter({"before": before, "target": "Maya: Ha, yes."}) is False
+
+
+def test_the_second_labelling_covers_whole_conversations_and_scores_as_one_more_system(tmp_path):
+    from memdistill.data import build
+    from memdistill.eval.encoders import second_annotator_predictions
+
+    seed = seedlib.load()
+    rep = seedlib.Report()
+    seedlib._check_whole_conversations(seed, [{"conversation_id": "mp01", "session_id": "S1"}], "second.jsonl", rep)
+    assert rep.errors == ["second.jsonl: mp01 has no row for session(s) S2, S3, S4"]
+    rows = build.segmenter_rows(seed, "test")
+    gold = seed.rows("segments", "test")
+    (tmp_path / "same.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gold))
+    flags, _ = second_annotator_predictions(str(tmp_path / "same.jsonl"), rows)
+    assert flags == [r["label"] == "CHANGE" for r in rows] and sum(flags) > 20
+    (tmp_path / "part.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gold[1:]))
+    flags, why = second_annotator_predictions(str(tmp_path / "part.jsonl"), rows)
+    assert flags is None and f"does not label 1 session(s) of the split, e.g. {gold[0]['conversation_id']} S1" in why
+
+
+def test_the_shipped_second_labelling_is_blind_to_training_and_covers_the_test_split():
+    from memdistill.data import build
+
+    seed = seedlib.load()
+    second = {(r["conversation_id"], r["session_id"]) for r in seed.segments_second}
+    assert {seed.split[c] for c, _ in second} <= {"dev", "test"}  # agreement only: never a training row
+    assert {(r["conversation_id"], r["session_id"]) for r in build.segmenter_rows(seed, "test")} <= second

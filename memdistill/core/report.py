@@ -47,12 +47,26 @@ def save_figure(fig, path, dpi: int = 110) -> None:
 
 
 def draw_grouped_bars(
-    ax, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05), rotation: int = 40
+    ax,
+    values: dict[str, list[float]],
+    columns: list[str],
+    title: str,
+    ylim=(0, 1.05),
+    rotation: int = 40,
+    intervals: dict[str, list] | None = None,
 ) -> None:
-    """On one axis: a group of bars per column, one bar per series (e.g. per model or system)."""
+    """On one axis: a group of bars per column, one bar per series (e.g. per model or system); `intervals`
+    (per series, a [lo, hi] or None per column) draws each figure's 95% interval as an error bar."""
     width = 0.8 / max(1, len(values))
     for k, (label, ys) in enumerate(values.items()):
-        ax.bar([i + k * width for i in range(len(columns))], ys, width, label=label)
+        xs = [i + k * width for i in range(len(columns))]
+        ax.bar(xs, ys, width, label=label)
+        cis = (intervals or {}).get(label) or []
+        drawn = [(x, y, ci) for x, y, ci in zip(xs, ys, cis) if ci]
+        if drawn:
+            err = [[max(0.0, y - ci[0]) for _, y, ci in drawn], [max(0.0, ci[1] - y) for _, y, ci in drawn]]
+            ax.errorbar([x for x, _, _ in drawn], [y for _, y, _ in drawn], yerr=err, fmt="none", ecolor="black",
+                        elinewidth=0.8, capsize=2)  # fmt: skip
     ax.set_xticks([i + width * (len(values) - 1) / 2 for i in range(len(columns))])
     ax.set_xticklabels(columns, rotation=rotation, ha="right" if rotation else "center", fontsize=8)
     if ylim:
@@ -62,12 +76,27 @@ def draw_grouped_bars(
 
 
 def grouped_bars(
-    path, values: dict[str, list[float]], columns: list[str], title: str, ylim=(0, 1.05), size=(10, 4)
+    path,
+    values: dict[str, list[float]],
+    columns: list[str],
+    title: str,
+    ylim=(0, 1.05),
+    size=(10, 4),
+    intervals: dict[str, list] | None = None,
 ) -> None:
-    """A PNG with one group of bars per column, one bar per series."""
+    """A PNG with one group of bars per column, one bar per series (error bars from `intervals`)."""
     fig, ax = pyplot().subplots(figsize=size)
-    draw_grouped_bars(ax, values, columns, title, ylim)
+    draw_grouped_bars(ax, values, columns, title, ylim, intervals=intervals)
     save_figure(fig, path)
+
+
+def bars_of(stats: dict[str, dict], keys: list[str]) -> tuple[dict, dict]:
+    """(values, intervals) for grouped_bars from per-series figure dicts that keep each figure's interval
+    beside it as `<key>_ci95` (a figure without one gets no error bar)."""
+    return (
+        {name: [s[k] or 0.0 for k in keys] for name, s in stats.items()},
+        {name: [s.get(f"{k}_ci95") for k in keys] for name, s in stats.items()},
+    )
 
 
 def plot_loss(history: list[dict], path, title: str, ylabel: str = "loss") -> bool:

@@ -75,6 +75,8 @@ class Seed:
     gate: list[dict]
     pairs: list[dict] = field(default_factory=list)  # consolidation.jsonl
     segments: list[dict] = field(default_factory=list)  # segments.jsonl: one row per session
+    # segments_second.jsonl: a blind second labelling of whole conversations, for agreement only (never trained on)
+    segments_second: list[dict] = field(default_factory=list)
 
     def split_of(self, row: dict) -> str:
         return row.get("split") or self.split[row["conversation_id"]]
@@ -123,6 +125,7 @@ def load(seed_dir=SEED_DIR) -> Seed:
         _rows(d / "gate.jsonl"),
         _rows(d / "consolidation.jsonl"),
         _rows(d / "segments.jsonl"),
+        _rows(d / "segments_second.jsonl"),
     )
 
 
@@ -171,6 +174,8 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
     _check_gate(seed, rep)
     check_pairs(seed, seed.pairs, "consolidation.jsonl", rep)
     check_segments(seed, seed.segments, "segments.jsonl", rep, complete=minimums)
+    check_segments(seed, seed.segments_second, "segments_second.jsonl", rep, complete=False)
+    _check_whole_conversations(seed, seed.segments_second, "segments_second.jsonl", rep)
     _check_splits(seed, rep)
     _stats(seed, rep)
     if minimums:
@@ -481,6 +486,16 @@ def check_segments(seed: Seed, rows: list[dict], file: str, rep: Report, complet
         missing = [m for m in missing if tuple(m.split(" ")) not in seen]
         if missing:
             rep.errors.append(f"{file}: no row for {len(missing)} session(s): {', '.join(missing[:5])}")
+
+
+def _check_whole_conversations(seed: Seed, rows: list[dict], file: str, rep: Report):
+    """Agreement is measured per session, so a conversation a file names is labelled whole."""
+    have = {(r.get("conversation_id"), r.get("session_id")) for r in rows}
+    for cid in dict.fromkeys(r.get("conversation_id") for r in rows):
+        conv = seed.conversations.get(cid)
+        missing = [x.session_id for x in conv.sessions if (cid, x.session_id) not in have] if conv else []
+        if missing:
+            rep.errors.append(f"{file}: {cid} has no row for session(s) {', '.join(missing)}")
 
 
 def _check_splits(seed: Seed, rep: Report):

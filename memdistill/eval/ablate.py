@@ -26,7 +26,7 @@ from pathlib import Path
 from memdistill.core.config import job_config, load_config
 from memdistill.core.io import write_json, write_text
 from memdistill.core.models import REPO, saved_dir
-from memdistill.core.report import grouped_bars, md_table, print_report
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
 from memdistill.spec.dialogue import first_windows
 
 
@@ -42,6 +42,7 @@ class AblateConfig:
     # [{name, note, data: [...], train: [...], eval: [...]}], reported in this order
     variants: list = field(default_factory=list)
     only: list | None = None  # run just these variants (the report still lists every finished one)
+    reeval: bool = False  # evaluate again where an evaluation exists (after the eval job changed); keeps the old one
 
 
 STAGES = ("data", "train", "eval")
@@ -95,7 +96,7 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
     if not (merged / "config.json").exists():
         _run(["merge", "--config", cfg.merge_config, f"run_dir={train_dir}", f"output_dir={merged}"], d / "merge.log")
     metrics = sorted((d / "eval").glob("*/metrics.json"))
-    if not metrics:
+    if not metrics or cfg.reeval:
         wins = json.dumps(eval_windows(cfg.data_config, over["data"]))
         _run(["eval", "--config", cfg.eval_config, *over["eval"], f"models=[{merged}]", f"labels=[{v['name']}]",
               f"windows={wins}", f"output_dir={d / 'eval'}"], d / "eval.log")  # fmt: skip
@@ -114,7 +115,10 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
 
 
 def _get(r: dict, where: tuple[str, str]):
-    v = r[where[0]].get(where[1])
+    """A cell: the figure, with its 95% interval where the evaluation computed one (over windows)."""
+    v, ci = r[where[0]].get(where[1]), r[where[0]].get(f"{where[1]}_ci95")
+    if isinstance(v, float) and ci:
+        return ci_cell(v, ci, ".3f")
     return round(v, 3) if isinstance(v, float) else v
 
 
@@ -140,7 +144,8 @@ def run(cfg: AblateConfig) -> Path:
         f"Each row: `memdistill data` -> `train extractor` -> `merge` -> `eval` ({cfg.data_config}, "
         f"{cfg.train_config}, {cfg.eval_config}) with the overrides listed below; evaluated on the "
         f"{results[0]['eval_split'] if results else '?'} split with the variant's own training windows. "
-        "Rates of repeats dropped and speaker fixes are over the records the model wrote.",
+        "Rates of repeats dropped and speaker fixes are over the records the model wrote. Brackets: 95% "
+        "bootstrap intervals over the evaluation windows.",
         "",
     ]
     lines += md_table(
@@ -154,8 +159,8 @@ def run(cfg: AblateConfig) -> Path:
     write_text(out / "report.md", "\n".join(lines))
     if results:
         cols = ["schema_valid_rate", "memory_precision", "memory_recall", "memory_f1", "capped_rate"]
-        grouped_bars(out / "ablation.png", {r["name"]: [r["eval"][c] for c in cols] for r in results}, cols,
-                     "extractor ablations")  # fmt: skip
+        values, intervals = bars_of({r["name"]: r["eval"] for r in results}, cols)
+        grouped_bars(out / "ablation.png", values, cols, "extractor ablations", intervals=intervals)
     return out
 
 

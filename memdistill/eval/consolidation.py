@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
-from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
 from memdistill.data.questions import load_questions
 from memdistill.metrics.recall import evidence_coverage
 from memdistill.metrics.stats import bootstrap_ci
@@ -280,19 +280,14 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
                   + [f"KU R@{k}" for k in ks] + [f"all R@{k}" for k in ks], rows)  # fmt: skip
     L += ["", "![knowledge-update questions](ku.png)", ""]
     (out / "report.md").write_text("\n".join(L))
+    keys = ["newer_above", f"ku_recall@{ks[-1]}", f"all_recall@{ks[-1]}"]
+    values, intervals = bars_of({f"{label} / {n}": r[n] for label, r in results.items() for n in meta["runs"]}, keys)
     grouped_bars(
         out / "ku.png",
-        {
-            f"{label} / {name}": [
-                r[name]["newer_above"] or 0.0,
-                r[name][f"ku_recall@{ks[-1]}"] or 0.0,
-                r[name][f"all_recall@{ks[-1]}"] or 0.0,
-            ]
-            for label, r in results.items()
-            for name in meta["runs"]
-        },  # fmt: skip
+        values,
         ["KU newer above", f"KU R@{ks[-1]}", f"all R@{ks[-1]}"],
-        f"memory update, gold {meta['split']} split",
+        intervals=intervals,
+        title=f"memory update, gold {meta['split']} split",
     )
 
 

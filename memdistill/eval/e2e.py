@@ -1,6 +1,7 @@
 """End to end: build memory banks with extractors, answer the dataset's questions through the reference
-runtime (memdistill.runtime.retrieval), and report evidence recall@k, recalled tokens per query and, with QA and judge
-endpoints configured, LLM-judge accuracy per category.
+runtime (memdistill.runtime.retrieval), and report evidence recall@k, recalled tokens per query and, with QA
+and judge endpoints configured, LLM-judge accuracy per category beside its trivial baseline (the answer model
+with no memory).
 
   memdistill eval-e2e --config configs/eval/e2e_cpu.yaml [key=value ...]        (make eval-e2e)
   memdistill eval-e2e --config configs/eval/e2e_locomo.yaml data_path=locomo10.json
@@ -353,6 +354,9 @@ def build_bank(spec: str, label: str, cfg: E2EConfig, convs, questions, seed, ru
 # --- answering and judging ----------------------------------------------------------------------
 
 
+NO_MEMORY = "no memory (trivial baseline)"
+
+
 def answer_and_judge(
     qa_mm, judge_mm, items: list[tuple[str, str, Question, str]], done: dict, out: Path, concurrency: int
 ) -> None:
@@ -631,6 +635,13 @@ def run(cfg: E2EConfig) -> Path:
                         answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
                         entry["qa"] = qa_summary([qa_done[(label, name, q.question_id)] for _, _, q, _ in items])
 
+    qa_baseline = None
+    if qa_mm:
+        # judge accuracy's trivial baseline: the same answer model, asked with no memory at all
+        items = [(NO_MEMORY, "-", q, qa.render_memories([])) for q in questions]
+        answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
+        qa_baseline = qa_summary([qa_done[(NO_MEMORY, "-", q.question_id)] for q in questions])
+
     meta = {
         "dataset": cfg.dataset,
         "data_path": cfg.data_path,
@@ -652,6 +663,7 @@ def run(cfg: E2EConfig) -> Path:
         "data_notes": notes,
         "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
         "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None,
+        "qa_baseline": qa_baseline,
     }
     (run_dir / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (run_dir / "per_question.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in per_question))
@@ -827,15 +839,17 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
             "",
             f"Answer model {meta['qa']}, judge {meta['judge']} (prompts: memdistill.spec.qa). "
             "Accuracy over all questions (an unreadable verdict counts as wrong); brackets: 95% bootstrap "
-            "intervals over questions.",
+            f"intervals over questions. {NO_MEMORY}: the answer model with no memory, what it knows or guesses "
+            "alone.",
             "",
         ]
+        baseline = [(NO_MEMORY, "-", meta["qa_baseline"])] if meta.get("qa_baseline") else []
         lines += md_table(
             ["bank", "variant", "overall"] + cats,
             [
                 [label, variant, _ci(q["overall"], "accuracy")]
                 + [_ci(q["by_category"][c], "accuracy") if c in q["by_category"] else "-" for c in cats]
-                for label, variant, q in judged
+                for label, variant, q in judged + baseline
             ],
         )
         lines += [""]

@@ -25,8 +25,9 @@ complex. Gate: keep precision / recall / F1 over all (example, candidate) pairs,
 tokens (whitespace words) removed; gold's share is the reference. Consolidator: action accuracy, macro-F1
 and per-action precision / recall over the gold pairs (data/seed/consolidation.jsonl). Segmenter (TraceMem
 topic segmentation, data/seed/segments.jsonl): boundary precision / recall / F1 and accuracy over every
-utterance but a session's first, and Pk and WindowDiff (lower is better) over the sessions, beside never
-cut and always cut. Every rate carries a
+utterance but a session's first, Cohen's kappa, and Pk and WindowDiff (lower is better) over the sessions,
+beside never cut, always cut and a blind second annotator (data/seed/segments_second.jsonl) scored as one
+more system: inter-annotator agreement, the ceiling for a segmenter. Every rate carries a
 95% percentile bootstrap interval (1,000 resamples of the task's units: snippets, questions, gate examples,
 pairs, sessions); every accuracy sits beside the trivial baseline computed from the gold labels (router: each type's
 majority decision, and the most common label set for exact set; planner and consolidator: the majority
@@ -48,7 +49,16 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from memdistill.core.config import ConfigError, env_key, from_mapping, job_config
-from memdistill.core.report import ci_cell, draw_grouped_bars, grouped_bars, md_table, print_report, pyplot, save_figure
+from memdistill.core.report import (
+    bars_of,
+    ci_cell,
+    draw_grouped_bars,
+    grouped_bars,
+    md_table,
+    print_report,
+    pyplot,
+    save_figure,
+)
 from memdistill.metrics.encoders import gate_examples, task_scores
 from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
 
@@ -76,6 +86,9 @@ class EncoderEvalConfig:
     gate: str | None = "runs/gate-cpu/model"
     consolidator: str | None = "runs/consolidator-cpu/model"
     segmenter: str | None = "runs/segmenter-cpu/model"
+    # A blind second labelling of whole conversations: scored as one more system, it is the agreement between
+    # two annotators, the ceiling a segmenter can be read against (null: no such row)
+    second_annotator: str | None = "data/seed/segments_second.jsonl"
     lm: str = "runs/extractor-cpu/merged"  # the zero-shot LM when it exists, else fallback_lm
     fallback_lm: str = "embedded:smollm2-135m-instruct"
     # true: the local LM above on a private vLLM server; false: no LM baseline; a mapping
@@ -265,6 +278,22 @@ def rule_predictions(task: str, rows: list[dict]):
     return pred, time.time() - t0
 
 
+SECOND = "second annotator (blind)"
+
+
+def second_annotator_predictions(path: str, rows: list[dict]) -> tuple[list[bool] | None, str]:
+    """The second labelling's decision on every gold row, or (None, why) where it does not cover them all."""
+    from memdistill.core.io import load_jsonl
+
+    if not Path(path).exists():
+        return None, f"no file {path}"
+    changes = {(r["conversation_id"], r["session_id"]): set(r["change_turn_ids"]) for r in load_jsonl(path)}
+    missing = sorted({f"{r['conversation_id']} {r['session_id']}" for r in rows} - {" ".join(k) for k in changes})
+    if missing:
+        return None, f"{path} does not label {len(missing)} session(s) of the split, e.g. {missing[0]}"
+    return [r["turn_id"] in changes[(r["conversation_id"], r["session_id"])] for r in rows], ""
+
+
 def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
     from tqdm import tqdm
 
@@ -353,6 +382,12 @@ def run(cfg: EncoderEvalConfig) -> Path:
         else:
             skipped.append(f"{t} encoder: no exported model at {model_dir} (run `make train-{t}`)")
         preds[t]["rules"], seconds[t]["rules"] = rule_predictions(t, rows[t])
+    if "segmenter" in tasks and cfg.second_annotator:
+        flags, why = second_annotator_predictions(cfg.second_annotator, rows["segmenter"])
+        if flags is None:
+            skipped.append(f"segmenter second annotator: {why}")
+        else:
+            preds["segmenter"][SECOND], seconds["segmenter"][SECOND] = flags, 0.0
     lm = None
     if cfg.lm_baseline:
         with zero_shot_lm(cfg, out) as (mm, name, answered_by):
@@ -550,21 +585,38 @@ def consolidator_section(c: dict) -> list[str]:
 
 def segmenter_section(c: dict) -> list[str]:
     first = next(iter(c.values()))
-    keys = ["precision", "recall", "f1", "accuracy", "pk", "windowdiff"]
+    keys = ["precision", "recall", "f1", "accuracy", "kappa", "pk", "windowdiff"]
     L = [
         "## Topic segmenter (TraceMem CHANGE_TOPIC / DEVELOP_TOPIC)",
         "",
         f"{first['sessions']} gold sessions, {first['decisions']} decisions (every utterance but a session's "
-        f"first), {first['gold_change_share']:.1%} of them topic changes. Boundary precision / recall / F1 and "
-        "accuracy over decisions; Pk and WindowDiff over sessions (error rates: lower is better; probe = half "
-        "the mean gold episode). An unreadable LM answer is no cut.",
+        f"first), {first['gold_change_share']:.1%} of them topic changes. Boundary precision / recall / F1, "
+        "accuracy and Cohen's kappa over decisions; Pk and WindowDiff over sessions (error rates: lower is "
+        "better; probe = half the mean gold episode). An unreadable LM answer is no cut."
+        + (
+            f' The row "{SECOND}" holds another labelling of the same sessions, written without seeing the '
+            "gold one and scored the same way: how far two annotators agree, the ceiling for a segmenter."
+            if SECOND in c
+            else ""
+        ),
         "",
     ]
     L += md_table(
-        ["system", "boundary P", "boundary R", "boundary F1", "accuracy", "Pk", "WindowDiff", "valid", "seconds"],
+        [
+            "system",
+            "boundary P",
+            "boundary R",
+            "boundary F1",
+            "accuracy",
+            "kappa",
+            "Pk",
+            "WindowDiff",
+            "valid",
+            "seconds",
+        ],  # fmt: skip
         [[name] + [_ci(s, k) for k in keys] + [_ci(s, "valid_rate"), s["seconds"]] for name, s in c.items()]
         + [
-            _trivial(label, [first[b][k] for k in keys], 9)
+            _trivial(label, [first[b][k] for k in keys], 10)
             for label, b in (("never cut (majority)", "never_cut_baseline"), ("always cut", "always_cut_baseline"))
         ],
     )
@@ -599,9 +651,8 @@ def charts(out: Path, results: dict, meta: dict) -> None:
                 ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
             ),
         ):
-            draw_grouped_bars(
-                ax, {name: [s[c] for c in keys] for name, s in results[task].items()}, keys, task, rotation=15
-            )
+            values, intervals = bars_of(results[task], keys)
+            draw_grouped_bars(ax, values, keys, task, rotation=15, intervals=intervals)
         save_figure(fig, out / "planner_gate.png")
     if "consolidator" in results:
         grouped_bars(
@@ -614,12 +665,14 @@ def charts(out: Path, results: dict, meta: dict) -> None:
             f"consolidator, gold {meta['split']} split",
         )
     if "segmenter" in results:
-        keys = ["precision", "recall", "f1", "pk", "windowdiff"]
+        keys = ["precision", "recall", "f1", "kappa", "pk", "windowdiff"]
+        values, intervals = bars_of(results["segmenter"], keys)
         grouped_bars(
             out / "segmenter.png",
-            {name: [s[k] for k in keys] for name, s in results["segmenter"].items()},
-            ["boundary P", "boundary R", "boundary F1", "Pk (lower better)", "WindowDiff (lower better)"],
+            values,
+            ["boundary P", "boundary R", "boundary F1", "kappa", "Pk (lower better)", "WindowDiff (lower better)"],
             f"topic segmenter, gold {meta['split']} split",
+            intervals=intervals,
         )
 
 

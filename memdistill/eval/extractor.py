@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from memdistill.core.config import job_config
 from memdistill.core.embedder import Embedder
-from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
 from memdistill.data import seed as seedlib
 from memdistill.metrics.extraction import ExtractionScores, query_scores
 from memdistill.spec import extraction, query_parse
@@ -397,12 +397,8 @@ def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_qu
     ]
     (out / "report.md").write_text("\n".join(lines))
     for name, cols in CHART_COLUMNS.items():
-        grouped_bars(
-            out / f"{name}.png",
-            {label: [r[name][c] for c in cols] for label, r in results.items()},
-            cols,
-            f"{name} on the gold {cfg.split} split",
-        )
+        values, intervals = bars_of({label: r[name] for label, r in results.items()}, cols)
+        grouped_bars(out / f"{name}.png", values, cols, f"{name} on the gold {cfg.split} split", intervals=intervals)
 
 
 def main(argv=None) -> int:

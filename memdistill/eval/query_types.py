@@ -38,7 +38,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memdistill.core.config import job_config
-from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
 from memdistill.metrics.encoders import class_scores
 from memdistill.metrics.recall import evidence_coverage, ndcg_at
 from memdistill.metrics.stats import mean_ci
@@ -231,12 +231,9 @@ def write_report(out: Path, meta: dict, typing: dict, ret: dict, ks: list[int]) 
         L += md_table(head, body) + [""]
     L += ["![query typing](typing.png)", "", "![scoped retrieval](retrieval.png)", ""]
     (out / "report.md").write_text("\n".join(L))
-    grouped_bars(
-        out / "typing.png",
-        {name: [s["accuracy"], s["macro_f1"]] for name, s in typing.items()},
-        ["accuracy", "macro-F1"],
-        f"query typing vs the reference vote, gold {meta['split']} split",
-    )
+    values, intervals = bars_of(typing, ["accuracy", "macro_f1"])
+    grouped_bars(out / "typing.png", values, ["accuracy", "macro-F1"],
+                 f"query typing vs the reference vote, gold {meta['split']} split", intervals=intervals)  # fmt: skip
     grouped_bars(
         out / "retrieval.png",
         {

@@ -265,11 +265,11 @@ def consolidator_scores(pred: list[str | None], gold: list[str]) -> dict:
 
 
 def segmenter_scores(pred: list[bool | None], rows: list[dict], ci: bool = True) -> dict:
-    """TraceMem topic segmentation over the gold sessions: boundary precision / recall / F1 and accuracy over
-    the decisions (every utterance but a session's first), Pk and WindowDiff (metrics.segmentation, probes
-    pooled); `None` = an unreadable answer, read as no cut and counted in valid_rate. Intervals resample
-    sessions (`ci=False` spares threshold tuning the bootstrap). Baselines from the gold labels alone: never
-    cut (the majority decision) and always cut."""
+    """TraceMem topic segmentation over the gold sessions: boundary precision / recall / F1, accuracy and
+    Cohen's kappa over the decisions (every utterance but a session's first), Pk and WindowDiff
+    (metrics.segmentation, probes pooled); `None` = an unreadable answer, read as no cut and counted in
+    valid_rate. Intervals resample sessions (`ci=False` spares threshold tuning the bootstrap). Baselines from
+    the gold labels alone: never cut (the majority decision) and always cut."""
     from memdistill.metrics.segmentation import pk_counts, windowdiff_counts
 
     sessions: dict = {}
@@ -297,6 +297,7 @@ def segmenter_scores(pred: list[bool | None], rows: list[dict], ci: bool = True)
             "accuracy": lambda idx: _div(c["right"][idx].sum(), c["n"][idx].sum()),
             "pk": lambda idx: _div(c["pk"][idx].sum(), c["probes"][idx].sum()),
             "windowdiff": lambda idx: _div(c["wd"][idx].sum(), c["probes"][idx].sum()),
+            "kappa": lambda idx: _kappa(c["tp"][idx].sum(), c["fp"][idx].sum(), c["fn"][idx].sum(), c["n"][idx].sum()),
         }
 
     by_session = [[pred[k] for k in ks] for ks in sessions.values()]
@@ -315,6 +316,16 @@ def segmenter_scores(pred: list[bool | None], rows: list[dict], ci: bool = True)
         b = figures([[cut] * len(g) for g in gold])
         out[name] = {k: round(float(f(everything)), 4) for k, f in stats(b).items()}
     return out
+
+
+def _kappa(tp: int, fp: int, fn: int, n: int) -> float:
+    """Cohen's kappa of two binary labellings from their confusion counts: agreement beyond what two
+    labellers with the same change rates would reach by chance (0 when either never varies)."""
+    if not n:
+        return 0.0
+    a, b = (tp + fn) / n, (tp + fp) / n
+    chance = a * b + (1 - a) * (1 - b)
+    return _div((n - fp - fn) / n - chance, 1 - chance)
 
 
 def task_scores(task: str, pred, rows: list[dict]) -> dict:
