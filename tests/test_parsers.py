@@ -111,6 +111,19 @@ def test_source_in_overlap_and_out_of_range_are_rejected(window):
     assert c.count("source_in_overlap") == 2 and c.count("source_out_of_range") == 1
 
 
+def test_one_extractable_message_determines_a_source_past_the_windows_end():
+    from memdistill.spec.dialogue import Turn, Window
+
+    turns = [Turn(f"D1:{k}", "Maya", "user", f"line {k}", None) for k in (1, 2)]
+    short = Window("c", 0, turns, extract_from=2)  # one context message, one to extract from
+    recs = [dict(REC, source_id=k, content=f"Fact {k}.") for k in (3, 2, 1)]
+    res = extraction.parse(json.dumps({"memories": recs}), short)
+    assert [r.source_id for r in res.records] == [2, 2]  # 3 -> 2 (fixed), 2 kept; 1 is context, rejected
+    assert codes(res).count("source_fixed") == 1 and "source_in_overlap" in codes(res)
+    wide = Window("c", 0, turns, extract_from=1)  # two messages to extract from: a number past the end stays wrong
+    assert "source_out_of_range" in codes(extraction.parse(json.dumps({"memories": [recs[0]]}), wide))
+
+
 def test_without_window_overlap_is_not_checked():
     res = extraction.parse(json.dumps({"memories": [dict(REC, source_id=1)]}))
     assert len(res.records) == 1

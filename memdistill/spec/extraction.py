@@ -303,7 +303,8 @@ _DIM_KEYS = ("memory_type", "time", "location", "reason", "purpose", "keywords")
 def parse(raw: str | None, window: Window | None = None) -> ParseResult:
     """Any model output -> valid records + problems. Never raises on the output's content.
 
-    With a window, records whose source_id lies in the overlap or outside the window are rejected,
+    With a window, records whose source_id lies in the overlap or outside the window are rejected (except
+    past the end of a window with one message to extract from, which determines the source: `source_fixed`),
     and source_speaker is filled in (or corrected) from the window.
     """
     result = ParseResult()
@@ -359,8 +360,15 @@ def _normalise_record(item, i: int, window: Window | None, problems: list[Proble
     if not isinstance(sid, int) or isinstance(sid, bool):
         return reject("bad_source_id", f"source_id {item.get('source_id')!r} is not a message number")
     if window is not None:
-        if not 1 <= sid <= len(window.turns):
-            return reject("source_out_of_range", f"source_id {sid} is outside messages 1-{len(window.turns)}")
+        last = len(window.turns)
+        if sid > last and window.extract_from == last:
+            # A window with one message to extract from determines the source, as it determines the speaker:
+            # a number past its end is a model citing the position the new message had in its training
+            # windows (a short window at a conversation or topic start). Corrected and counted, like speakers.
+            problems.append(Problem("source_fixed", f"source_id {sid} -> {last} (the one message to extract from)", i))
+            sid = last
+        if not 1 <= sid <= last:
+            return reject("source_out_of_range", f"source_id {sid} is outside messages 1-{last}")
         if sid < window.extract_from:
             return reject(
                 "source_in_overlap", f"source_id {sid} is a context message (extract from {window.extract_from})"
