@@ -613,7 +613,7 @@ def segmenter_section(c: dict) -> list[str]:
             "WindowDiff",
             "valid",
             "seconds",
-        ],  # fmt: skip
+        ],
         [[name] + [_ci(s, k) for k in keys] + [_ci(s, "valid_rate"), s["seconds"]] for name, s in c.items()]
         + [
             _trivial(label, [first[b][k] for k in keys], 10)
