@@ -49,6 +49,14 @@ def test_cascade_counts_on_a_fixture():
     assert C.candidates(new, existing, bow_embed, cosine_min=C.LIGHTMEM_COSINE)[0] == []
 
 
+def test_any_type_cascade_compares_a_change_recorded_under_another_type():
+    plan = rec("tom will hike zed ridge in june", "episodic", ["hike", "Zed ridge"])
+    called_off = rec("tom called off the zed ridge hike", "fact", ["hike", "Zed ridge"])
+    assert C.candidates(called_off, [plan], bow_embed, 0.3, 0.3)[0] == []  # DimMem's level 1 stops it
+    picked, stats = C.candidates(called_off, [plan], bow_embed, 0.3, 0.3, same_type=False)
+    assert [i for i, _ in picked] == [0] and stats.same_type == 1 and stats.embedding_comparisons == 1
+
+
 def test_jaccard_is_case_and_space_insensitive_and_zero_without_keywords():
     a, b = rec("x", keywords=["Zed  Bakery", "job"]), rec("y", keywords=["zed bakery"])
     assert C.jaccard(a, b) == 0.5
@@ -258,7 +266,7 @@ def test_eval_consolidation_on_the_gold_test_split(tmp_path):
     from memdistill.eval.consolidation import ConsolidationEvalConfig, run
 
     wide = {"name": "wide", "jaccard_min": 0.0, "cosine_min": 0.5, "keywords_then_cosine": False}
-    out = run(ConsolidationEvalConfig(deciders=["none", "rule"], cascades=[wide], output_dir=str(tmp_path)))
+    out = run(ConsolidationEvalConfig(deciders=["none", "rule", "gold"], cascades=[wide], output_dir=str(tmp_path)))
     res = json.loads((out / "results.json").read_text())
     seed = seedlib.load()
     test = [c for c, s in seed.split.items() if s == "test"]
@@ -285,6 +293,11 @@ def test_eval_consolidation_on_the_gold_test_split(tmp_path):
     for key in [f"{g}_recall@{k}" for g in ("all", "ku") for k in res["meta"]["ks"]] + ["newer_above"]:
         lo, hi = gold["rule"][f"{key}_ci95"]
         assert lo <= gold["rule"][key] <= hi
+    # the gold decider answers each pair the gold file names with its action, every other pair KEEPBOTH
+    actions = {(p["new"], p["existing"]): p["action"] for p in seed.pairs if isinstance(p["new"], str)}
+    glog = [json.loads(x) for x in (out / "decisions" / "gold-gold.jsonl").read_text().splitlines()]
+    assert [d["action"] for d in glog] == [actions.get((d["new"], d["existing"]), "KEEPBOTH") for d in glog]
+    assert {d["action"] for d in glog} == set(C.ACTIONS)
     report = (out / "report.md").read_text()
     assert "DimMem Table 5 layout" in report and "gold / rule" in report and (out / "ku.png").stat().st_size > 1000
 
@@ -315,3 +328,63 @@ def test_eval_encoders_scores_the_consolidator_against_its_baselines(tmp_path):
     majority = max(C.ACTIONS, key=lambda a: (gold.count(a), -C.ACTIONS.index(a)))
     assert "Memory-update consolidator" in report and f"Trivial baseline (always {majority})" in report
     assert "Type router" not in report and (out / "consolidator.png").stat().st_size > 1000
+
+
+def test_newer_record_above_counts_records_and_merges_where_turns_cannot(embed):
+    """The replaced record's turn also holds a fact that did not change: by turn the old answer seems to rank
+    first; by record the superseded one goes after the current one. A merge of the two ties them."""
+    from memdistill.data.questions import Question
+    from memdistill.eval.consolidation import ConsolidationEvalConfig, search
+
+    def bank_of(*its):
+        return MemoryBank(fresh(its))
+
+    goal = item("g1", "The reading goal is 24 books this year.", "profile", ["reading goal"], "2024-01-01T09:00:00",
+                "D1:1")  # fmt: skip
+    club = item("g2", "The user reads books with a club.", "profile", ["books", "club"], "2024-01-01T09:00:00",
+                "D1:1")  # fmt: skip
+    raised = item("g3", "The user raised the reading goal to 30.", "profile", ["reading goal"],
+                  "2024-04-01T09:00:00", "D3:1")  # fmt: skip
+    q = Question("q1", "c1", "How many books does the user read with the club this year?", None, "30", "ku",
+                 ["D1:1", "D3:1"], update_turns=("D3:1", "D1:1"), update_records=("g3", "g1"))  # fmt: skip
+    cfg = ConsolidationEvalConfig(ks=[1, 5])
+    bank = bank_of(goal, club, raised)
+    bank.get("g1").status, bank.get("g1").superseded_by = "superseded", "g3"
+    row = search(bank, [q], embed, cfg)["rows"][0]
+    assert row["turn_replaced_rank"] < row["turn_current_rank"] and not row["newer_turn_above"]  # g2 cites D1:1
+    assert row["current_rank"] < row["replaced_rank"] and row["newer_above"]
+    merged = bank_of(goal, club, raised)
+    merged.add(MemoryItem("g1+g3", "c1", "D3:1", "The reading goal went from 24 to 30 books.",
+                          goal.dimension, "user", raised.timestamp, sources=["D1:1", "D3:1"]))  # fmt: skip
+    for m in ("g1", "g3"):
+        merged.get(m).status, merged.get(m).merged_into = "merged", "g1+g3"
+    row = search(merged, [q], embed, cfg)["rows"][0]
+    assert row["current_rank"] == row["replaced_rank"] and not row["newer_above"]
+    # a bank without the gold records (an extractor's) has the turn figure only
+    other = search(bank_of(club, raised), [q], embed, cfg)
+    assert other["newer_above"] is None and other["newer_turn_above"] is not None
+
+
+def test_cascade_negatives_are_keepboth_pairs_no_gold_pair_names_and_stay_out_of_test():
+    from memdistill.data import build
+    from memdistill.data import seed as seedlib
+
+    seed = seedlib.load()
+    cascade = build.DataConfig().pair_cascade
+    rows = build.consolidator_rows(seed, "dev", cascade, 1.0)
+    gold = [r for r in rows if r["origin"] != "cascade_negative"]
+    neg = [r for r in rows if r["origin"] == "cascade_negative"]
+    assert len(gold) == len(seed.rows("pairs", "dev")) and len(neg) == len(gold)
+    assert {r["label"] for r in neg} == {"KEEPBOTH"}
+    pairs = [tuple(r["pair_id"].split("~")) for r in neg]
+    named = {(p["existing"], p["new"]) for p in seed.pairs if isinstance(p["new"], str)}
+    assert not set(pairs) & named
+    # as in the runtime, a record a gold change replaced is not compared with records said after the change
+    replaced_by = {
+        p["existing"]: p["new"] for p in seed.pairs if isinstance(p["new"], str) and p["action"] != "KEEPBOTH"
+    }
+    pos = {m["memory_id"]: seed.stored(m["conversation_id"], m["memory_id"])[1] for m in seed.memories}
+    assert all(pos[new] <= pos[replaced_by[old]] for old, new in pairs if old in replaced_by)
+    assert any(old in replaced_by for old, _ in pairs)  # the check above is not vacuous
+    test = build.consolidator_rows(seed, "test", cascade, 1.0)
+    assert len(test) == len(seed.rows("pairs", "test")) and all(r["origin"] != "cascade_negative" for r in test)

@@ -62,7 +62,7 @@ def draw_grouped_bars(
         xs = [i + k * width for i in range(len(columns))]
         ax.bar(xs, ys, width, label=label)
         cis = (intervals or {}).get(label) or []
-        drawn = [(x, y, ci) for x, y, ci in zip(xs, ys, cis) if ci]
+        drawn = [(x, y, ci) for x, y, ci in zip(xs, ys, cis) if ci and y == y]  # y != y: NaN, no bar
         if drawn:
             err = [[max(0.0, y - ci[0]) for _, y, ci in drawn], [max(0.0, ci[1] - y) for _, y, ci in drawn]]
             ax.errorbar([x for x, _, _ in drawn], [y for _, y, _ in drawn], yerr=err, fmt="none", ecolor="black",
@@ -92,9 +92,9 @@ def grouped_bars(
 
 def bars_of(stats: dict[str, dict], keys: list[str]) -> tuple[dict, dict]:
     """(values, intervals) for grouped_bars from per-series figure dicts that keep each figure's interval
-    beside it as `<key>_ci95` (a figure without one gets no error bar)."""
+    beside it as `<key>_ci95` (a figure without one gets no error bar; a missing figure, None, no bar)."""
     return (
-        {name: [s[k] or 0.0 for k in keys] for name, s in stats.items()},
+        {name: [float("nan") if s[k] is None else s[k] for k in keys] for name, s in stats.items()},
         {name: [s.get(f"{k}_ci95") for k in keys] for name, s in stats.items()},
     )
 

@@ -88,6 +88,12 @@ class DataConfig:
     # Share of the gold train split's extraction windows with no record that are kept (chosen by hash):
     # they teach the model to answer an empty list, but each costs a whole prompt for a 6-token answer.
     keep_empty_windows: float = 1.0
+    # Consolidator: KEEPBOTH rows for the cascade's pairs that no gold pair names, this many per gold pair of
+    # the split (train and dev; the test split stays the gold pairs). The runtime asks the consolidator
+    # about every pair the cascade (pair_cascade) lets through, most of them unrelated records, while the
+    # gold pairs are hand-picked changes, restatements and hard negatives; without these rows the model
+    # never sees the pairs it is asked about most. 0 turns them off (configs/data/seed.yaml says why it is off).
+    consolidator_negatives: float = 0.0
     # --- teacher labelling (memdistill.data.label); with teacher null the gold corpus alone is used ---
     teacher: dict | None = (
         None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
@@ -100,6 +106,7 @@ class DataConfig:
     gate_candidates: int = 20  # BM25 top-N memories per gate question
     gate_min_candidates: int = 5
     # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidation.candidates)
+    # (also the cascade whose unlabelled pairs become the consolidator's KEEPBOTH rows offline)
     pair_cascade: dict = field(
         default_factory=lambda: {"jaccard_min": 0.0, "cosine_min": 0.5, "keywords_then_cosine": False}
     )
@@ -228,25 +235,61 @@ def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
     return out
 
 
-def consolidator_rows(seed: seedlib.Seed, split: str) -> list[dict]:
+def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[dict]:
+    """The pairs the runtime's cascade would ask about in the split's conversations and no gold pair names,
+    as KEEPBOTH rows. Records arrive in the order they were said; a gold SUPERSEDE or MERGE takes the old
+    record out of later comparisons, as the runtime does, so a record already replaced is not paired again."""
+    from memdistill.core.embedder import Embedder
+
+    embed = Embedder()
+    gold = {(p["existing"], p["new"]) for p in seed.pairs if isinstance(p["new"], str)}
+    replaced = {p["existing"] for p in seed.pairs if isinstance(p["new"], str) and p["action"] != "KEEPBOTH"}
+    out = []
+    for cid in sorted(c for c, sp in seed.split.items() if sp == split):
+        mems = sorted(seed.memories_of(cid), key=lambda m: seed.stored(cid, m["memory_id"])[1])
+        recs = [seed.stored(cid, m["memory_id"])[0] for m in mems]
+        embed([r.content for r in recs])  # one batch: the cascade's lookups below are then cached
+        current: list[tuple[str, consolidation.StoredRecord]] = []
+        for m, new in zip(mems, recs):
+            picked, _ = consolidation.candidates(new, [r for _, r in current], embed, **cascade)
+            for i, _ in picked:
+                old_id, old = current[i]
+                if (old_id, m["memory_id"]) not in gold:
+                    pid = f"{old_id}~{m['memory_id']}"
+                    out.append(_pair_row(new, old, "KEEPBOTH", None, pid, "cascade_negative", cid))
+            done = {old_id for old_id, _ in current if (old_id, m["memory_id"]) in gold and old_id in replaced}
+            current = [x for x in current if x[0] not in done] + [(m["memory_id"], new)]
+    return out
+
+
+def _pair_row(new, old, action: str, merged, pair_id: str, origin: str, cid: str) -> dict:
+    return {
+        "text": consolidation.encoder_text(new, old),
+        "label": action,
+        "label_id": consolidation.ACTIONS.index(action),
+        "merged": merged,
+        "new": new.to_json(),
+        "existing": old.to_json(),
+        "pair_id": pair_id,
+        "origin": origin,
+        "conversation_id": cid,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def consolidator_rows(
+    seed: seedlib.Seed, split: str, cascade: dict | None = None, negatives: float = 0.0
+) -> list[dict]:
+    """The gold pairs of the split, plus (train and dev, negatives > 0) that many cascade KEEPBOTH rows per
+    gold pair, chosen by hash."""
     out = []
     for p in seed.rows("pairs", split):
         new, _ = seed.stored(p["conversation_id"], p["new"])
         old, _ = seed.stored(p["conversation_id"], p["existing"])
-        out.append(
-            {
-                "text": consolidation.encoder_text(new, old),
-                "label": p["action"],
-                "label_id": consolidation.ACTIONS.index(p["action"]),
-                "merged": p.get("merged"),
-                "new": new.to_json(),
-                "existing": old.to_json(),
-                "pair_id": p["pair_id"],
-                "origin": p["origin"],
-                "conversation_id": p["conversation_id"],
-                "schema_version": SCHEMA_VERSION,
-            }
-        )
+        out.append(_pair_row(new, old, p["action"], p.get("merged"), p["pair_id"], p["origin"], p["conversation_id"]))
+    if negatives > 0 and cascade is not None and split != "test":
+        neg = sorted(cascade_negatives(seed, split, cascade), key=lambda r: _hash(r["pair_id"]))
+        out += neg[: round(negatives * len(out))]
     return out
 
 
@@ -320,7 +363,7 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
         "router": lambda s: router_rows(seed, s),
         "planner": lambda s: planner_rows(seed, s),
         "gate": lambda s: gate_rows(seed, s),
-        "consolidator": lambda s: consolidator_rows(seed, s),
+        "consolidator": lambda s: consolidator_rows(seed, s, cfg.pair_cascade, cfg.consolidator_negatives),
         "segmenter": lambda s: segmenter_rows(seed, s),
         "querytyper": lambda s: querytyper_rows(seed, s),
     }

@@ -30,6 +30,8 @@ class Question:
     query: QueryAnalysis | None = None  # gold query analysis, when the dataset has one
     # knowledge-update questions of the seed corpus: the turns holding the current and the replaced answer
     update_turns: tuple[str, str] | None = None
+    # the same as gold record ids (current, replaced): what a bank holding the gold records is checked on
+    update_records: tuple[str, str] | None = None
 
 
 def _split_ids(value) -> list[str]:
@@ -107,6 +109,7 @@ def seed_questions(seed, split: str | None = "test") -> list[Question]:
             list(q.get("evidence") or []),
             QueryAnalysis.model_validate(q["query"]) if q.get("query") else None,
             turns(q.get("update")),
+            (q["update"]["current"], q["update"]["replaced"]) if q.get("update") else None,
         )
         for q in seed.rows("questions", split)
     ]

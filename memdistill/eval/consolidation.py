@@ -15,9 +15,14 @@ searched with the plain question (BM25 + dense, current records first). Reported
   Table 5 computes it: 241 / 2,475 = 9.74% for LightMem on LoCoMo); LightMem's own merge
   count (pairs at cosine >= 0.85) beside it;
 - decisions per action;
-- knowledge-update questions (questions.jsonl `update`): the share where the record of the newer turn ranks
-  above the record of the turn it replaced (a record missing from the ranking ranks last; both missing
-  counts as not above), and evidence recall@k;
+- knowledge-update questions (questions.jsonl `update`), and evidence recall@k on them:
+  - newer record above: the share where the gold record holding the new answer ranks above the gold record
+    it replaced (the issue's measure; banks holding the gold records only). A merged record holds what was
+    merged into it, so a merge of the two leaves them tied: not above;
+  - newer turn above: the same with turns instead of records (the first hit citing the newer turn against
+    the first citing the older one), which any bank allows, extractor banks included; stricter, because
+    any other record of the older turn (a different fact said in the same message) counts against it;
+  a record missing from the ranking ranks last; both missing counts as not above;
 - evidence recall@k over every question of the split;
 every rate with a 95% bootstrap interval over questions.
 Output: runs/eval-consolidation/<time>/ with results.json, decisions/*.jsonl (replayable logs), report.md
@@ -42,7 +47,9 @@ from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.consolidate import Consolidator
 from memdistill.spec import consolidation
 
-DECIDERS = ("none", "consolidator", "rule")
+# gold: the labelled pairs' actions (KEEPBOTH for a pair no gold pair names), the ceiling of cascade and
+# runtime with a perfect decider; the gold bank only (an extractor's records have no gold pairs)
+DECIDERS = ("none", "consolidator", "rule", "gold")
 
 
 @dataclass
@@ -53,7 +60,8 @@ class ConsolidationEvalConfig:
     labels: list | None = None  # display names, one per bank
     deciders: list = field(default_factory=lambda: list(DECIDERS))
     consolidator: str = "runs/consolidator-cpu/model"
-    # candidate cascades, each {name, jaccard_min, cosine_min, keywords_then_cosine}; every decider runs each
+    # candidate cascades, each {name, jaccard_min, cosine_min, keywords_then_cosine[, same_type]}; every decider
+    # runs each
     cascades: list = field(
         default_factory=lambda: [
             {
@@ -90,7 +98,22 @@ def runs(cfg: ConsolidationEvalConfig) -> list[tuple[str, str, dict | None]]:
     return out
 
 
-def decider(name: str, cfg: ConsolidationEvalConfig):
+def decider(name: str, cfg: ConsolidationEvalConfig, seed=None):
+    if name == "gold":
+        text = {m["memory_id"]: m["content"] for m in seed.memories}
+        table = {
+            (text[p["new"]], text[p["existing"]]): p for p in seed.pairs if isinstance(p["new"], str)
+        }  # fmt: skip
+
+        def gold(pairs):
+            out = []
+            for n, o in pairs:
+                p = table.get((n.content, o.content), {"action": "KEEPBOTH"})
+                merged = consolidation.MergedRecord.model_validate(p["merged"]) if p.get("merged") else None
+                out.append(consolidation.ParseResult(p["action"], merged, ok=True))
+            return out
+
+        return gold
     if name == "rule":
         return lambda pairs: [consolidation.ParseResult(consolidation.rule_action(n, o), ok=True) for n, o in pairs]
     if name == "consolidator":
@@ -120,6 +143,23 @@ def rank_of(hits, turn: str) -> int | None:
     return next((r for r, h in enumerate(hits, 1) if turn in h.item.source_turns), None)
 
 
+def holders(bank: MemoryBank, memory_id: str) -> set[str]:
+    """The record and every merged record it went into (a merged record still holds what it merged)."""
+    out, it = set(), bank.get(memory_id)
+    while it is not None and it.memory_id not in out:
+        out.add(it.memory_id)
+        it = bank.get(it.merged_into) if it.merged_into else None
+    return out
+
+
+def record_rank(hits, held: set[str]) -> int | None:
+    return next((r for r, h in enumerate(hits, 1) if h.item.memory_id in held), None)
+
+
+def _above(cur, old) -> bool:
+    return cur is not None and (old is None or cur < old)
+
+
 def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> dict:
     rt = MemoryRuntime(bank, embed, cfg.top_k)
     rows = []
@@ -130,7 +170,10 @@ def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> 
             row[f"recall@{k}"] = evidence_coverage(hits[:k], q.evidence)[0] if q.evidence else None
         if q.update_turns:
             cur, old = (rank_of(hits, t) for t in q.update_turns)
-            row.update(current_rank=cur, replaced_rank=old, newer_above=cur is not None and (old is None or cur < old))
+            row.update(turn_current_rank=cur, turn_replaced_rank=old, newer_turn_above=_above(cur, old))
+            if q.update_records and all(bank.get(m) for m in q.update_records):
+                cur, old = (record_rank(hits, holders(bank, m)) for m in q.update_records)
+                row.update(current_rank=cur, replaced_rank=old, newer_above=_above(cur, old))
         rows.append(row)
     return summarise(rows, cfg.ks)
 
@@ -138,9 +181,10 @@ def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> 
 def summarise(rows: list[dict], ks) -> dict:
     ku = [r for r in rows if r["ku"]]
     out: dict = {"questions": len(rows), "ku_questions": len(ku)}
-    above = [float(r["newer_above"]) for r in ku]
-    out["newer_above"] = round(sum(above) / len(above), 4) if above else None
-    out["newer_above_ci95"] = bootstrap_ci(lambda idx: sum(above[i] for i in idx) / len(idx), len(above))
+    for key in ("newer_above", "newer_turn_above"):
+        above = [float(r[key]) for r in ku if key in r]
+        out[key] = round(sum(above) / len(above), 4) if above else None
+        out[f"{key}_ci95"] = bootstrap_ci(lambda idx, a=above: sum(a[i] for i in idx) / len(idx), len(above))
     for name, sub in (("all", rows), ("ku", ku)):
         ev = [r for r in sub if r[f"recall@{ks[0]}"] is not None]
         for k in ks:
@@ -168,10 +212,13 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
     if not any(q.update_turns for q in questions):
         raise ValueError(f"{cfg.seed_dir}: no knowledge-update question in the {cfg.split} split")
     positions = {c: {t.turn_id: k for k, t in enumerate(v.turns)} for c, v in convs.items()}
+    need = {"name", "jaccard_min", "cosine_min", "keywords_then_cosine"}
     for c in cfg.cascades:
-        if set(c) != {"name", "jaccard_min", "cosine_min", "keywords_then_cosine"}:
-            raise ConfigError(f"cascades: {c} needs exactly name, jaccard_min, cosine_min, keywords_then_cosine")
-    deciders = {d: decider(d, cfg) for d in cfg.deciders if d != "none"}
+        if not need <= set(c) <= need | {"same_type"}:
+            raise ConfigError(
+                f"cascades: {c} needs name, jaccard_min, cosine_min, keywords_then_cosine (same_type optional)"
+            )
+    deciders = {d: decider(d, cfg, seed) for d in cfg.deciders if d != "none"}
     embed = Embedder(model_path(cfg.embedding_model))
     out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     (out / "decisions").mkdir(parents=True, exist_ok=True)
@@ -194,6 +241,8 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
             "lightmem_merges": lightmem_merges,
         }
         for name, d, cascade in runs(cfg):
+            if d == "gold" and spec != "gold":
+                continue
             t0 = time.time()
             if cascade is None:
                 bank, cons = MemoryBank(fresh_copy(items)), None
@@ -205,6 +254,7 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
                     cascade["jaccard_min"],
                     cascade["cosine_min"],
                     cascade["keywords_then_cosine"],
+                    cascade.get("same_type", True),
                 )
                 for it in fresh_copy(items):
                     cons.add(bank, it)
@@ -240,9 +290,11 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
     L = [
         f"# Memory update on the gold {meta['split']} split",
         "",
-        "Cascades (same memory_type first): "
+        "Cascades: "
         + "; ".join(
-            f"{c['name']}: keyword Jaccard > {c['jaccard_min']} "
+            f"{c['name']}: "
+            + ("same memory_type, " if c.get("same_type", True) else "any memory_type, ")
+            + f"keyword Jaccard > {c['jaccard_min']} "
             + ("then cosine" if c["keywords_then_cosine"] else "or cosine")
             + f" >= {c['cosine_min']}"
             for c in meta["cascades"]
@@ -256,7 +308,7 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
     ]
     rows = []
     for label, r in results.items():
-        for name in meta["runs"]:
+        for name in [n for n in meta["runs"] if n in r]:
             c = r[name]["cascade"]
             if c is None:
                 continue
@@ -270,22 +322,25 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
     ks = cfg.ks
     rows = []
     for label, r in results.items():
-        for name in meta["runs"]:
+        for name in [n for n in meta["runs"] if n in r]:
             s = r[name]
             d = s["decisions"]
             rows.append([f"{label} / {name}", d["MERGE"], d["SUPERSEDE"], d["KEEPBOTH"], s["superseded"],
-                         _ci(s, "newer_above")]
+                         _ci(s, "newer_above"), _ci(s, "newer_turn_above")]
                         + [_ci(s, f"ku_recall@{k}") for k in ks] + [_ci(s, f"all_recall@{k}") for k in ks])  # fmt: skip
-    L += md_table(["bank / decider", "MERGE", "SUPERSEDE", "KEEPBOTH", "records superseded", "KU: newer ranks above"]
+    L += md_table(["bank / decider", "MERGE", "SUPERSEDE", "KEEPBOTH", "records superseded",
+                   "KU: newer record above", "KU: newer turn above"]
                   + [f"KU R@{k}" for k in ks] + [f"all R@{k}" for k in ks], rows)  # fmt: skip
     L += ["", "![knowledge-update questions](ku.png)", ""]
     (out / "report.md").write_text("\n".join(L))
-    keys = ["newer_above", f"ku_recall@{ks[-1]}", f"all_recall@{ks[-1]}"]
-    values, intervals = bars_of({f"{label} / {n}": r[n] for label, r in results.items() for n in meta["runs"]}, keys)
+    keys = ["newer_above", "newer_turn_above", f"ku_recall@{ks[-1]}", f"all_recall@{ks[-1]}"]
+    values, intervals = bars_of(
+        {f"{label} / {n}": r[n] for label, r in results.items() for n in meta["runs"] if n in r}, keys
+    )
     grouped_bars(
         out / "ku.png",
         values,
-        ["KU newer above", f"KU R@{ks[-1]}", f"all R@{ks[-1]}"],
+        ["KU newer record above", "KU newer turn above", f"KU R@{ks[-1]}", f"all R@{ks[-1]}"],
         intervals=intervals,
         title=f"memory update, gold {meta['split']} split",
     )

@@ -40,6 +40,7 @@ class Consolidator:
     jaccard_min: float = consolidation.JACCARD
     cosine_min: float = consolidation.COSINE
     keywords_then_cosine: bool = True  # False: a same-type pair passes on keywords or on cosine
+    same_type: bool = True  # False: records of any memory_type are compared (changes recorded under another type)
     log: list[dict] = field(default_factory=list)
     stats: CascadeStats = field(default_factory=CascadeStats)
 
@@ -64,6 +65,7 @@ class Consolidator:
             self.jaccard_min,
             self.cosine_min,
             self.keywords_then_cosine,
+            self.same_type,
         )
         self.stats.add(stats)
         if not picked:

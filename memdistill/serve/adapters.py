@@ -123,6 +123,7 @@ def store_in_mem0(
     jaccard_min: float = consolidation.JACCARD,
     cosine_min: float = consolidation.COSINE,
     keywords_then_cosine: bool = True,
+    same_type: bool = True,
 ) -> list[str]:
     """Add ExtractedMemory items to mem0 as raw memories (`infer=False`); returns mem0's ids of what was
     added. With `consolidate` ((new, existing) pairs -> consolidation.ParseResult list, e.g.
@@ -140,7 +141,9 @@ def store_in_mem0(
             current = mem.get_all(filters={"user_id": user_id, "status": "current"}, top_k=100_000)["results"]
             new = consolidation.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
             olds = [_stored(h) for h in current]
-            picked, _ = consolidation.candidates(new, olds, embed, jaccard_min, cosine_min, keywords_then_cosine)
+            picked, _ = consolidation.candidates(
+                new, olds, embed, jaccard_min, cosine_min, keywords_then_cosine, same_type
+            )
             results = consolidate([(new, olds[i]) for i, _ in picked]) if picked else []
             decisions = [(current[i], olds[i], r) for (i, _), r in zip(picked, results)]
         out = mem.add(m.record.content, user_id=user_id, metadata=md, infer=False)

@@ -110,15 +110,18 @@ def candidates(
     jaccard_min: float = JACCARD,
     cosine_min: float = COSINE,
     keywords_then_cosine: bool = True,
+    same_type: bool = True,
 ) -> tuple[list[tuple[int, float]], CascadeStats]:
     """Indices of `existing` records worth a decision for `new`, with their cosine, best first.
 
     Level 1: same memory_type; level 2: keyword Jaccard > jaccard_min; level 3: cosine of the contents
     (`embed` returns unit vectors, one row per text) >= cosine_min. Only level-2 survivors are embedded
     (DimMem). With keywords_then_cosine=False a same-type pair passes on either test (keywords written
-    apart rarely agree word for word; every same-type pair is then embedded)."""
+    apart rarely agree word for word; every same-type pair is then embedded). same_type=False skips level 1:
+    a change is often recorded under another type than what it replaces (a planned trip, episodic, then
+    a fact that it was called off), and DimMem's grouping never compares the two."""
     stats = CascadeStats(all_pairs=len(existing))
-    typed = [i for i, r in enumerate(existing) if r.dimension.memory_type == new.dimension.memory_type]
+    typed = [i for i, r in enumerate(existing) if not same_type or r.dimension.memory_type == new.dimension.memory_type]
     stats.same_type = len(typed)
     lexical = [i for i in typed if jaccard(new, existing[i]) > jaccard_min]
     stats.keyword_pass = len(lexical)
