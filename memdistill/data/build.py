@@ -242,23 +242,21 @@ def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[dic
     from memdistill.core.embedder import Embedder
 
     embed = Embedder()
-    gold = {(p["existing"], p["new"]) for p in seed.pairs if isinstance(p["new"], str)}
-    replaced = {p["existing"] for p in seed.pairs if isinstance(p["new"], str) and p["action"] != "KEEPBOTH"}
+    gold = {(p["existing"], p["new"]): p["action"] for p in seed.pairs if isinstance(p["new"], str)}
     out = []
     for cid in sorted(c for c, sp in seed.split.items() if sp == split):
-        mems = sorted(seed.memories_of(cid), key=lambda m: seed.stored(cid, m["memory_id"])[1])
-        recs = [seed.stored(cid, m["memory_id"])[0] for m in mems]
-        embed([r.content for r in recs])  # one batch: the cascade's lookups below are then cached
+        stored = [(seed.stored(cid, m["memory_id"]), m["memory_id"]) for m in seed.memories_of(cid)]
+        recs = [(mid, rec) for (rec, _), mid in sorted(stored, key=lambda x: x[0][1])]  # in the order said
+        embed([rec.content for _, rec in recs])  # one batch: the cascade's lookups below are then cached
         current: list[tuple[str, consolidation.StoredRecord]] = []
-        for m, new in zip(mems, recs):
+        for new_id, new in recs:
             picked, _ = consolidation.candidates(new, [r for _, r in current], embed, **cascade)
             for i, _ in picked:
                 old_id, old = current[i]
-                if (old_id, m["memory_id"]) not in gold:
-                    pid = f"{old_id}~{m['memory_id']}"
-                    out.append(_pair_row(new, old, "KEEPBOTH", None, pid, "cascade_negative", cid))
-            done = {old_id for old_id, _ in current if (old_id, m["memory_id"]) in gold and old_id in replaced}
-            current = [x for x in current if x[0] not in done] + [(m["memory_id"], new)]
+                if (old_id, new_id) not in gold:
+                    out.append(_pair_row(new, old, "KEEPBOTH", None, f"{old_id}~{new_id}", "cascade_negative", cid))
+            # this gold pair replaced the old record (SUPERSEDE or MERGE): the runtime stops comparing with it
+            current = [x for x in current if gold.get((x[0], new_id), "KEEPBOTH") == "KEEPBOTH"] + [(new_id, new)]
     return out
 
 
