@@ -146,6 +146,24 @@ def test_bench_takes_a_serving_config(launches, tmp_path):
         assert _opt(cmd, "--data-parallel-size") == "2"
 
 
+def test_bench_prefix_caching_layout_differs_from_the_shipped_one_by_that_flag_alone():
+    from memdistill.eval import bench
+    from memdistill.eval.generate import private_serve_config
+    from memdistill.serve.server import vllm_command
+
+    def launch(overrides):
+        cfg = private_serve_config("configs/serving/cpu.yaml", "some-model", 4096, overrides)
+        cmd = vllm_command(cfg, "some-model", 8000)
+        return [a for a in cmd if a != _opt(cmd, "--port")], cfg.env
+
+    shipped_cmd, shipped_env = launch([])
+    off_cmd, off_env = launch(bench.SERVING_LAYOUTS["one process, no prefix caching"])
+    assert off_env == shipped_env
+    assert off_cmd == [*shipped_cmd, "--no-enable-prefix-caching"]
+    with pytest.raises(SystemExit):  # a layout that does not exist is refused before anything starts
+        bench.main(["--sections", "serving", "--layouts", "no such layout"])
+
+
 def test_replicas_on_one_host_get_their_own_gpus(monkeypatch):
     from memdistill.serve import server
     from memdistill.serve.server import ServeConfig, replica_devices, replica_env

