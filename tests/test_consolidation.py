@@ -243,6 +243,30 @@ def test_keepboth_changes_nothing_and_only_cascade_pairs_reach_the_model(embed):
     assert cons.stats.all_pairs == 0 + 1 + 2 + 3 and cons.stats.same_type == 2
 
 
+def test_one_change_applies_only_the_most_similar_supersede_and_replay_keeps_it(embed, tmp_path):
+    shift = item(
+        "m5", "Tom works the early shift at Acme Bakery.", "fact", ["shift", "bakery", "Acme"], "2023-05-02T10:00:00",
+        "D1:7",
+    )  # fmt: skip
+    runs = {}
+    for one in (False, True):
+        bank = MemoryBank([])
+        cons = Consolidator(scripted({NEW_JOB.content: "SUPERSEDE"}), embed, 0.1, 0.3, one_change=one)
+        for it in fresh([OLD_JOB, shift, NEW_JOB]):
+            cons.add(bank, it)
+        runs[one] = (bank, cons)
+    both, cons_all = runs[False]
+    assert [d["existing"] for d in cons_all.log if d["new"] == "m2"] == ["m1", "m5"]  # most similar first
+    assert both.get("m1").status == both.get("m5").status == "superseded"
+    bank, cons = runs[True]
+    assert [(d["existing"], d.get("applied")) for d in cons.log if d["new"] == "m2"] == [("m1", None), ("m5", False)]
+    assert bank.get("m1").status == "superseded" and bank.get("m5").current and len(bank) == 3
+    cons.save_log(tmp_path / "log.jsonl")
+    other = MemoryBank(fresh([OLD_JOB, shift, NEW_JOB]))
+    assert Consolidator.replay(other, tmp_path / "log.jsonl") == 1
+    assert other.get("m5").current and other.get("m1").superseded_by == "m2"
+
+
 def test_replay_rebuilds_the_same_bank_and_is_idempotent(embed, tmp_path):
     bank, cons = consolidated(embed, {NEW_JOB.content: "SUPERSEDE", TRIP_AGAIN.content: "MERGE"})
     cons.save_log(tmp_path / "log.jsonl")

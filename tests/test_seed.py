@@ -194,3 +194,22 @@ def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
 
     ds = datasets.load_dataset("json", data_files=str(tmp_path / "built" / "router" / "train.jsonl"), split="train")
     assert set(ds.column_names) >= {"text", "labels", "label_vector"}
+
+
+def test_extraction_rows_are_rendered_with_the_configured_student_prompt(tmp_path, seed):
+    from memdistill.core.config import ConfigError
+    from memdistill.data.build import DataConfig, build
+    from memdistill.spec import extraction
+
+    out = tmp_path / "built"
+    build(DataConfig(output_dir=str(out), tasks=["extractor"], student_prompt="student-short"))
+    rows = [json.loads(x) for x in (out / "extractor" / "train.jsonl").read_text().splitlines()]
+    ext = [r for r in rows if r["task"] == "extraction"]
+    assert len(ext) > 50
+    assert {r["student_prompt"] for r in ext} == {"student-short"}
+    assert {r["prompt"][0]["content"] for r in ext} == {extraction.STUDENT_PROMPTS["student-short"]}
+    with pytest.raises(ConfigError, match="student_prompt: 'short' is not a student prompt"):
+        build(DataConfig(output_dir=str(tmp_path / "bad"), tasks=["extractor"], student_prompt="short"))
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="unknown extraction prompt 'short'"):
+        extraction.chat_messages(windows(next(iter(seed.conversations.values())), 6, 1)[0], "short")

@@ -67,7 +67,7 @@ def tiny_qwen3_dir(tmp_path_factory, smollm2_dir):
     return str(out)
 
 
-def _rows():
+def _rows(prompt: str = "student"):
     """SFT rows from the LoCoMo fixture: a few hand-made gold records and one query row."""
     conv = load("locomo", FIXTURES / "locomo_sample.json")[0]
     rows = []
@@ -83,13 +83,14 @@ def _rows():
         )
         rows.append(
             sft_row(
-                extraction.chat_messages(w),
+                extraction.chat_messages(w, prompt),
                 extraction.render_completion([rec]),
                 task="extraction",
                 schema_version=SCHEMA_VERSION,
                 conversation_id=conv.conversation_id,
                 window=[8, 2],
                 style=conv.style,
+                student_prompt=prompt,
             )
         )
     qa = query_parse.QueryAnalysis(
@@ -313,6 +314,40 @@ def test_training_windows_travel_from_the_dataset_to_the_merged_model(tiny_qwen3
     assert trained_windows(out) == trained_windows(run) == {"multi-party": [[8, 2]]}
     # the SDK reads them from the model directory when told where it is (from /v1/models otherwise)
     assert MemoryModels(None, model_dir=str(out)).training_windows() == {"multi-party": [[8, 2]]}
+
+
+def test_the_student_prompt_travels_from_the_dataset_to_the_sdk(tiny_qwen3_dir, tmp_path):
+    from memdistill.core.models import trained_prompt
+    from memdistill.serve.client import MemoryModels
+    from memdistill.train.extractor import train
+    from memdistill.train.merge import MergeConfig, merge
+
+    rows = _rows("student-short")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run"
+    train(_cfg(tiny_qwen3_dir, str(data), run, max_steps=1))
+    out = merge(MergeConfig(run_dir=str(run), output_dir=str(tmp_path / "merged")))
+    assert json.loads((out / "memdistill.json").read_text())["student_prompt"] == "student-short"
+    assert trained_prompt(out) == trained_prompt(run) == "student-short"
+    assert trained_prompt(tiny_qwen3_dir) == "student"  # a base model: the default prompt
+    mm = MemoryModels(None, model_dir=str(out))
+    assert mm.student_prompt() == "student-short"
+    # what the SDK and eval send for a window is what the model was trained on for it, system prompt included
+    conv = load("locomo", FIXTURES / "locomo_sample.json")[0]
+    w = windows(conv, 8, 2)[0]
+    assert extraction.chat_messages(w, mm.student_prompt()) == rows[0]["prompt"]
+    assert rows[0]["prompt"][0]["content"] == extraction.STUDENT_PROMPTS["student-short"] != extraction.STUDENT_SYSTEM
+
+
+def test_a_set_mixing_student_prompts_is_refused_before_training(tiny_qwen3_dir, tmp_path):
+    from memdistill.train.extractor import train
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _rows() + _rows("student-short")))
+    with pytest.raises(ValueError, match=r"different student prompts.*'student-short' first at .*train.jsonl:5"):
+        train(_cfg(tiny_qwen3_dir, str(data), tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_missing_dataset_names_the_command_that_builds_it(tiny_qwen3_dir, tmp_path):

@@ -103,13 +103,24 @@ def saved_dir(run_dir) -> Path:
     return out / "model" if (out / "model" / "memdistill.json").exists() else out / "adapter"
 
 
-def trained_windows(model_dir) -> dict | None:
-    """The training windows recorded in a model directory's metadata (merged model, or a training run
-    whose adapter/ or model/ holds it); None when there are none."""
+def _trained_meta(model_dir) -> dict:
+    """A model directory's metadata (merged model, or a training run whose adapter/ or model/ holds it);
+    empty when it has none (a base model)."""
     for d in (Path(model_dir), saved_dir(model_dir)):
         if (d / "memdistill.json").exists():
-            return read_meta(d).get("training_windows") or None
-    return None
+            return read_meta(d)
+    return {}
+
+
+def trained_windows(model_dir) -> dict | None:
+    """The training windows recorded in a model directory's metadata; None when there are none."""
+    return _trained_meta(model_dir).get("training_windows") or None
+
+
+def trained_prompt(model_dir) -> str:
+    """The extraction student prompt a model was trained with (a name in `spec.extraction.STUDENT_PROMPTS`):
+    "student" for a base model and for models trained before prompts had names."""
+    return _trained_meta(model_dir).get("student_prompt") or "student"
 
 
 def model_path(name_or_path: str) -> str:

@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memdistill.core.config import job_config
+from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
@@ -85,6 +85,9 @@ class DataConfig:
     # Extraction completions as the student writes them: compact records (no source_speaker, no empty
     # dimension; `extraction.parse` restores both) or, false, the full DimMem record (the schema-1.0 format).
     compact_completions: bool = True
+    # The extraction student prompt rows are rendered with (a name in `extraction.STUDENT_PROMPTS`); rows
+    # carry it and training writes it into the model's metadata, so serving and eval send the same one.
+    student_prompt: str = "student"
     # Share of the gold train split's extraction windows with no record that are kept (chosen by hash):
     # they teach the model to answer an empty list, but each costs a whole prompt for a 6-token answer.
     keep_empty_windows: float = 1.0
@@ -130,7 +133,13 @@ def _hash(obj) -> str:
 
 
 def extractor_rows(
-    seed: seedlib.Seed, split: str, window_pairs: dict, extra_pairs=(), compact: bool = True, keep_empty: float = 1.0
+    seed: seedlib.Seed,
+    split: str,
+    window_pairs: dict,
+    extra_pairs=(),
+    compact: bool = True,
+    keep_empty: float = 1.0,
+    prompt: str = "student",
 ) -> list[dict]:
     rows, seen = [], set()
     for cid, conv in seed.conversations.items():
@@ -139,7 +148,7 @@ def extractor_rows(
         pairs = [tuple(p) for p in window_pairs[conv.style]] + [tuple(p) for p in extra_pairs]
         for size, overlap in dict.fromkeys(pairs):
             for w in windows(conv, size, overlap):
-                msgs = extraction.chat_messages(w, "student")
+                msgs = extraction.chat_messages(w, prompt)
                 key = _hash(msgs)
                 if key in seen:  # identical windows from two settings (short conversations)
                     continue
@@ -158,6 +167,7 @@ def extractor_rows(
                         window=[size, overlap],
                         style=conv.style,
                         n_records=len(recs),
+                        student_prompt=prompt,
                         schema_version=SCHEMA_VERSION,
                         row_id=key,
                     )
@@ -357,6 +367,7 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
             cfg.train_extra_windows if s == "train" else (),
             cfg.compact_completions,
             cfg.keep_empty_windows if s == "train" else 1.0,
+            cfg.student_prompt,
         ),
         "router": lambda s: router_rows(seed, s),
         "planner": lambda s: planner_rows(seed, s),
@@ -372,6 +383,11 @@ def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
 
 
 def build(cfg: DataConfig) -> dict:
+    if cfg.student_prompt not in extraction.STUDENT_PROMPTS:
+        raise ConfigError(
+            f"student_prompt: {cfg.student_prompt!r} is not a student prompt; expected one of "
+            f"{sorted(extraction.STUDENT_PROMPTS)}"
+        )
     if cfg.teacher is not None:
         return build_from_teacher(cfg)
     seed = _load_seed(cfg)
@@ -514,7 +530,7 @@ def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
     return "dev" if h < dev_fraction else "train"
 
 
-def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
+def teacher_example(rec: dict, split: str, compact: bool = True, prompt: str = "student") -> Example:
     """Rows in the gold build's formats from one accepted label record."""
     inp, lab, job = rec["input"], rec["label"], rec["job"]
     meta = {
@@ -527,7 +543,7 @@ def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
     if job == "extraction":
         w = Window.from_json(inp["window"])
         recs = [extraction.MemoryRecord.model_validate(r) for r in lab["records"]]
-        msgs = extraction.chat_messages(w, "student")
+        msgs = extraction.chat_messages(w, prompt)
         row = sft_row(
             msgs,
             extraction.render_completion(recs, compact),
@@ -537,6 +553,7 @@ def teacher_example(rec: dict, split: str, compact: bool = True) -> Example:
             window=inp["window_setting"],
             style=inp["style"],
             n_records=len(recs),
+            student_prompt=prompt,
             row_id=_hash(msgs),
         )
         return Example([row], msgs[1]["content"], [t.text for t in w.turns], split, False)
@@ -710,7 +727,7 @@ def build_from_teacher(cfg: DataConfig) -> dict:
                 if split == "test":
                     removed["gold_test_conversation"] += 1
                     continue
-                examples.append(teacher_example(rec, split, cfg.compact_completions))
+                examples.append(teacher_example(rec, split, cfg.compact_completions, cfg.student_prompt))
         kept = dedup(examples, test_index, cfg.near_dup_threshold, removed)
         per = {s: [r for e in kept if e.split == s for r in e.rows] for s in ("train", "dev")}
         per["test"] = [r for e in gold_examples(task, gold[task]("test"), "test") for r in e.rows]
@@ -747,7 +764,7 @@ def main(argv=None) -> int:
     except TeacherFatal as e:
         print(f"memdistill data: the teacher refused every request: {e}", file=sys.stderr)
         return 1
-    except (EvalOverlap, TeacherShortfall, SynthError) as e:
+    except (EvalOverlap, TeacherShortfall, SynthError, ConfigError) as e:
         print(f"memdistill data: {e}", file=sys.stderr)
         return 1
     for job, js in stats.get("labelling", {}).get("jobs", {}).items():

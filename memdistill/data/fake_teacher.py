@@ -213,7 +213,7 @@ def answer(messages: list[dict]) -> str:
     """The deterministic answer to a spec teacher (or student) request."""
     system, user = messages[0]["content"], messages[-1]["content"]
     after = lambda prefix: user.split(prefix, 1)[1].strip() if prefix in user else user  # noqa: E731
-    if system.startswith(extraction.TEACHER_SYSTEM[:60]) or system == extraction.STUDENT_SYSTEM:
+    if system.startswith(extraction.TEACHER_SYSTEM[:60]) or system in extraction.STUDENT_PROMPTS.values():
         out = _extraction(user)
     elif system in memory_type.TEACHER_BINARY.values():
         label = next(k for k, v in memory_type.TEACHER_BINARY.items() if v == system)

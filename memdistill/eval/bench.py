@@ -166,7 +166,7 @@ def bench_serving(
     from concurrent.futures import ThreadPoolExecutor
 
     from memdistill.core.config import load_config
-    from memdistill.core.models import trained_windows
+    from memdistill.core.models import trained_prompt, trained_windows
     from memdistill.eval.extractor import EvalConfig, test_items
     from memdistill.eval.generate import HFGenerator, private_serve_config
     from memdistill.serve.client import MemoryModels
@@ -179,6 +179,7 @@ def bench_serving(
     ecfg = load_config(EvalConfig, REPO / eval_config, [f"max_windows={requests}"])
     if trained := trained_windows(model):
         ecfg.windows = first_windows(trained)
+    prompt = trained_prompt(model)
     seed, wins, _ = test_items(ecfg)
     cap = ecfg.max_new_tokens
     shipped = f"shipped ({serve_config})"
@@ -196,7 +197,9 @@ def bench_serving(
                 def one(w, mm=mm):
                     t = time.time()
                     try:
-                        text, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories")
+                        text, _, ct = mm.chat(
+                            extraction.chat_messages(w, prompt), extraction.json_schema(w), "memories"
+                        )
                         return time.time() - t, ct, None, text
                     except Exception as e:  # counted, reported: a benchmark must not hide failures
                         return time.time() - t, 0, e, ""
@@ -224,7 +227,7 @@ def bench_serving(
                 )
     gen = HFGenerator(model)
     t0 = time.time()
-    outs = gen([extraction.chat_messages(w) for w in wins], max_new_tokens=cap, batch_size=concurrency)
+    outs = gen([extraction.chat_messages(w, prompt) for w in wins], max_new_tokens=cap, batch_size=concurrency)
     hf_s = time.time() - t0
     hf_tokens = sum(o.output_tokens for o in outs)
     rows.append(
@@ -254,7 +257,7 @@ def bench_serving(
             schema["windows_per_s"] / vllm["windows_per_s"],
         )
     )
-    student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w))) for w in wins)
+    student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w, prompt))) for w in wins)
     teacher = statistics.mean(
         len(prompt_ids(gen.tok, extraction.chat_messages(w, "teacher", seed.conversations[w.conversation_id].style)))
         for w in wins

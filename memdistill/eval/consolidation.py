@@ -214,9 +214,10 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
     positions = {c: {t.turn_id: k for k, t in enumerate(v.turns)} for c, v in convs.items()}
     need = {"name", "jaccard_min", "cosine_min", "keywords_then_cosine"}
     for c in cfg.cascades:
-        if not need <= set(c) <= need | {"same_type"}:
+        if not need <= set(c) <= need | {"same_type", "one_change"}:
             raise ConfigError(
-                f"cascades: {c} needs name, jaccard_min, cosine_min, keywords_then_cosine (same_type optional)"
+                f"cascades: {c} needs name, jaccard_min, cosine_min, keywords_then_cosine (same_type, one_change "
+                "optional)"
             )
     deciders = {d: decider(d, cfg, seed) for d in cfg.deciders if d != "none"}
     embed = Embedder(model_path(cfg.embedding_model))
@@ -255,6 +256,7 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
                     cascade["cosine_min"],
                     cascade["keywords_then_cosine"],
                     cascade.get("same_type", True),
+                    one_change=cascade.get("one_change", False),
                 )
                 for it in fresh_copy(items):
                     cons.add(bank, it)
@@ -297,6 +299,7 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
             + f"keyword Jaccard > {c['jaccard_min']} "
             + ("then cosine" if c["keywords_then_cosine"] else "or cosine")
             + f" >= {c['cosine_min']}"
+            + ("; one change per new record" if c.get("one_change") else "")
             for c in meta["cascades"]
         )
         + f". Consolidator: `{meta['consolidator']}`. {meta['questions']} questions, {meta['ku_questions']} of them "

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from memdistill.core.config import job_config
 from memdistill.core.embedder import Embedder
+from memdistill.core.models import trained_prompt
 from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
 from memdistill.data import seed as seedlib
 from memdistill.metrics.extraction import ExtractionScores, query_scores
@@ -121,7 +122,9 @@ def _generate(model: str, cfg: EvalConfig, wins, qs):
         dtype=cfg.dtype,
         **served,
     )
-    items = [(extraction.chat_messages(w), cfg.max_new_tokens, extraction.json_schema(w)) for w in wins]
+    # the student prompt the model was trained with (its metadata; "student" for a base model)
+    prompt = trained_prompt(model)
+    items = [(extraction.chat_messages(w, prompt), cfg.max_new_tokens, extraction.json_schema(w)) for w in wins]
     items += [
         (
             query_parse.chat_messages(q["question"], q["question_date"]),

@@ -41,6 +41,9 @@ class Consolidator:
     cosine_min: float = consolidation.COSINE
     keywords_then_cosine: bool = True  # False: a same-type pair passes on keywords or on cosine
     same_type: bool = True  # False: records of any memory_type are compared (changes recorded under another type)
+    # True: at most one MERGE or SUPERSEDE per new record, the most similar candidate's; the others are logged
+    # unapplied. False: one MERGE, and every SUPERSEDE, as decided.
+    one_change: bool = False
     log: list[dict] = field(default_factory=list)
     stats: CascadeStats = field(default_factory=CascadeStats)
 
@@ -80,7 +83,10 @@ class Consolidator:
                 "cosine": round(cos, 4),
                 "problems": [p.code for p in res.problems],
             }
-            if res.action == "MERGE":
+            changed = [x for x in decisions if x["action"] != "KEEPBOTH" and x.get("applied") is not False]
+            if res.action != "KEEPBOTH" and self.one_change and changed:
+                d["applied"] = False
+            elif res.action == "MERGE":
                 if any(x["action"] == "MERGE" for x in decisions):
                     d["applied"] = False  # one merge per new record: the most similar one
                 else:
@@ -112,13 +118,15 @@ def apply(bank: MemoryBank, d: dict) -> bool:
     new, old = bank.get(d["new"]), bank.get(d["existing"])
     if new is None or old is None:
         raise KeyError(f"decision {d['new']} / {d['existing']}: record not in the bank")
+    if d.get("applied") is False:
+        return False
     if d["action"] == "SUPERSEDE":
         if old.status == "superseded" and old.superseded_by == new.memory_id:
             return False
         old.status, old.superseded_by, old.valid_until = "superseded", new.memory_id, new.timestamp
         return True
     mid = merged_id(new.memory_id, old.memory_id)
-    if d["action"] != "MERGE" or d.get("applied") is False or bank.get(mid):
+    if d["action"] != "MERGE" or bank.get(mid):
         return False
     m = consolidation.MergedRecord.model_validate(d["merged"])
     bank.add(

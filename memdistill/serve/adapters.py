@@ -181,6 +181,11 @@ def search_mem0(
     return mem.search(query, top_k=top_k, filters=filters, threshold=0.0).get("results", [])
 
 
-def openai_extraction_request(window: Window, model: str = "memdistill-extractor", max_tokens: int = 1024) -> dict:
-    """The chat-completions body for one window, for stacks that bring their own OpenAI client."""
-    return chat_request(extraction.chat_messages(window), model, max_tokens, extraction.json_schema(window), "memories")
+def openai_extraction_request(
+    window: Window, model: str = "memdistill-extractor", max_tokens: int = 1024, prompt: str = "student"
+) -> dict:
+    """The chat-completions body for one window, for stacks that bring their own OpenAI client. `prompt`:
+    the student prompt the served model was trained with (`core.models.trained_prompt(model_dir)`)."""
+    return chat_request(
+        extraction.chat_messages(window, prompt), model, max_tokens, extraction.json_schema(window), "memories"
+    )

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 
-from memdistill.core.models import trained_windows
+from memdistill.core.models import trained_prompt, trained_windows
 from memdistill.spec import (
     consolidation,
     extraction,
@@ -120,10 +120,12 @@ class MemoryModels:
         windows: dict | None = None,
         model_dir: str | None = None,
         qwen3_no_think: bool = True,
+        student_prompt: str | None = None,
     ):
-        """`windows` ({style: [[W, O], ...]}) or `model_dir` (a merged model or adapter directory) name the
-        windows the extractor was trained on; without either, `extract(conversation)` asks the endpoint
-        which model it serves and reads that model's metadata when the directory is readable here.
+        """`windows` ({style: [[W, O], ...]}) and `student_prompt` (a name in `extraction.STUDENT_PROMPTS`)
+        say what the extractor was trained with, or `model_dir` (a merged model or adapter directory) holds
+        both in its metadata; without them, `extract` asks the endpoint which model it serves and reads that
+        model's metadata when the directory is readable here (else: the paper windows, prompt "student").
         `qwen3_no_think=False` leaves vLLM's chat_template_kwargs out of requests (APIs such as OpenAI's
         reject unknown fields)."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
@@ -155,8 +157,8 @@ class MemoryModels:
         self._lock = threading.Lock()
         self.model, self.structured, self.max_tokens = model, structured, max_tokens
         self.max_concurrency, self.qwen3_no_think = max_concurrency, qwen3_no_think
-        self._windows = windows if windows is not None else (trained_windows(model_dir) if model_dir else None)
-        self._windows_known = windows is not None or model_dir is not None
+        self._windows, self._prompt = windows, student_prompt
+        self._model_dir = model_dir
         self._root: str | None = None
 
     # --- transport ----------------------------------------------------------------------------
@@ -191,13 +193,24 @@ class MemoryModels:
 
     # --- extraction ---------------------------------------------------------------------------
 
+    def trained_dir(self) -> str | None:
+        """Where the extractor's metadata is read: `model_dir`, else the directory the endpoint serves."""
+        if self._model_dir is None:
+            self._model_dir = self.served_root() or ""
+        return self._model_dir or None
+
     def training_windows(self) -> dict | None:
         """The extractor's training windows ({style: [[W, O], ...]}), or None when they cannot be known."""
-        if not self._windows_known:
-            self._windows_known = True
-            root = self.served_root()
-            self._windows = trained_windows(root) if root else None
+        if self._windows is None and (d := self.trained_dir()):
+            self._windows = trained_windows(d)
         return self._windows
+
+    def student_prompt(self) -> str:
+        """The student prompt `extract` sends: the one the extractor was trained with."""
+        if self._prompt is None:
+            d = self.trained_dir()
+            self._prompt = trained_prompt(d) if d else "student"
+        return self._prompt
 
     def served_root(self) -> str | None:
         """The directory the endpoint serves `model` from (vLLM's /v1/models `root`), when it says."""
@@ -233,9 +246,13 @@ class MemoryModels:
                     f"not {type(source).__name__}"
                 )
             wins = [as_window(w) for w in items]
+        prompt = self.student_prompt()
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             outs = list(
-                pool.map(lambda w: self.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories"), wins)
+                pool.map(
+                    lambda w: self.chat(extraction.chat_messages(w, prompt), extraction.json_schema(w), "memories"),
+                    wins,
+                )
             )
         for w, (text, pt, ct) in zip(wins, outs):
             parsed = extraction.parse(text, w)

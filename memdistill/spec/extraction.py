@@ -232,6 +232,15 @@ Extract long-term memories as JSON: {"memories": [{"source_id": N, "content": ""
 One self-contained sentence per fact, event or trait. Leave out empty dimensions. time: YYYY-MM-DD, YYYY-MM,
 YYYY or START/END, resolved against the message date. Skip filler and context messages."""
 
+# The student prompts by name. A trained model's metadata names the one its rows were rendered with
+# (`student_prompt`, read by `core.models.trained_prompt`); serving, the SDK and eval send that one, since a
+# 135M model only follows the prompt it was trained under. "student-short" is issue 13's prompt-length lever:
+# the record shape is left to the completions to teach.
+STUDENT_PROMPTS = {
+    "student": STUDENT_SYSTEM,
+    "student-short": "Extract long-term memories as JSON.",
+}
+
 
 def user_message(window: Window) -> str:
     """The per-window user turn: which messages may be sources, then the rendered window."""
@@ -251,9 +260,16 @@ def teacher_system(style: str) -> str:
 
 
 def chat_messages(window: Window, prompt: str = "student", style: str = "multi-party") -> list[dict]:
-    """System + user messages for one window. `prompt` is "student" (compact, what the trained
-    model sees) or "teacher" (every rule, for labelling)."""
-    system = STUDENT_SYSTEM if prompt == "student" else teacher_system(style)
+    """System + user messages for one window. `prompt` names a student prompt (STUDENT_PROMPTS: what the
+    trained model sees) or is "teacher" (every rule, for labelling)."""
+    if prompt == "teacher":
+        system = teacher_system(style)
+    elif prompt in STUDENT_PROMPTS:
+        system = STUDENT_PROMPTS[prompt]
+    else:
+        raise ValueError(
+            f"unknown extraction prompt {prompt!r}; expected 'teacher' or one of {sorted(STUDENT_PROMPTS)}"
+        )
     return [{"role": "system", "content": system}, {"role": "user", "content": user_message(window)}]
 
 

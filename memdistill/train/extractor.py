@@ -277,20 +277,36 @@ def train_resuming(trainer, output_dir: str):
     return result, time.time() - t0, resume
 
 
-def training_windows(path) -> tuple[dict, dict]:
-    """The (W, O) windows per conversation style of a dataset's extraction rows, most rows first, and
-    the row count of each: what serving and the SDK default to once the model is trained."""
+def training_windows(path) -> tuple[dict, dict, str]:
+    """The (W, O) windows per conversation style of a dataset's extraction rows, most rows first, the row
+    count of each, and the student prompt the rows were rendered with: what serving and the SDK default to
+    once the model is trained."""
     counts: Counter = Counter()
-    for _, row in read_jsonl(path):
-        if row.get("task") == "extraction" and row.get("window"):
-            counts[(row.get("style") or "unknown", tuple(row["window"]))] += 1
+    prompts: dict = {}
+    for line_no, row in read_jsonl(path):
+        if row.get("task") == "extraction":
+            # rows built before prompts had names carry none: they were rendered with "student"
+            prompts.setdefault(row.get("student_prompt", "student"), f"{path}:{line_no}")
+            if row.get("window"):
+                counts[(row.get("style") or "unknown", tuple(row["window"]))] += 1
+    if len(prompts) > 1:
+        raise ValueError(
+            f"{path}: extraction rows rendered with different student prompts ("
+            + ", ".join(f"{k!r} first at {v}" for k, v in prompts.items())
+            + "); a model is served with one, so build the set with one `student_prompt`"
+        )
     windows: dict = {}
     for (style, (w, o)), _ in counts.most_common():
         windows.setdefault(style, []).append([w, o])
-    return windows, {f"{style} {w}/{o}": n for (style, (w, o)), n in counts.most_common()}
+    window_rows = {f"{style} {w}/{o}": n for (style, (w, o)), n in counts.most_common()}
+    return windows, window_rows, next(iter(prompts), "student")
 
 
 def train(cfg: ExtractorConfig) -> dict:
+    # before training: a set mixing student prompts fails here, not after an hour's work
+    windows, window_rows, prompt = (
+        training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {}, "student")
+    )
     trainer = build_trainer(cfg)
     result, wall, resume = train_resuming(trainer, cfg.output_dir)
     out = Path(cfg.output_dir)
@@ -300,7 +316,6 @@ def train(cfg: ExtractorConfig) -> dict:
     trainer.save_model(str(saved))
     summary = write_run_report(trainer, cfg, wall, result, resumed_from=resume)
     if trainer.is_world_process_zero():
-        windows, window_rows = training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {})
         write_json(
             saved / "memdistill.json",
             {
@@ -308,6 +323,7 @@ def train(cfg: ExtractorConfig) -> dict:
                 "schema_version": SCHEMA_VERSION,
                 "training_windows": windows,
                 "training_window_rows": window_rows,
+                "student_prompt": prompt,
                 "eval_overlap": dataset_overlap(cfg.train_file),
                 "config": asdict(cfg),
             },

@@ -101,6 +101,8 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             "- windows (W/O per conversation style, most rows first): "
             f"{describe_windows(meta.get('training_windows') or {})} — `memdistill serve` and "
             "`MemoryModels.extract(conversation)` use the first of each style by default",
+            f"- student prompt: `{meta.get('student_prompt') or 'student'}` (`extraction.STUDENT_PROMPTS`; the SDK "
+            "and eval send it, read from this metadata)",
             (
                 f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, "
                 f"targets: {', '.join(c['target_modules'])}"
