@@ -7,7 +7,7 @@ import evaluate
 import pytest
 
 from memdistill.metrics.extraction import ExtractionScores, keyword_f1, match, query_scores, token_f1
-from memdistill.metrics.stats import bootstrap_ci
+from memdistill.metrics.stats import bootstrap_ci, percentile
 from memdistill.spec.extraction import Dimension, MemoryRecord, render_completion
 from tests.conftest import REPO
 
@@ -357,3 +357,12 @@ def test_bootstrap_ci_contains_estimate_shrinks_with_n_and_is_seeded():
     mean = lambda seed: bootstrap_ci(lambda idx: sum(spread[i] for i in idx) / len(idx), 50, seed=seed)  # noqa: E731
     assert mean(0) == mean(0) != mean(1)
     assert bootstrap_ci(lambda idx: 1.0, 0) == [0.0, 0.0]
+
+
+def test_percentile_is_the_nearest_rank_without_interpolation():
+    lat = [0.4, 0.1, 0.3, 0.2, 1.7]
+    assert percentile(lat, 0.5) == 0.3  # the middle value, not a mean of two
+    assert percentile(lat, 0.95) == 1.7
+    assert percentile([0.1, 0.2, 0.3, 0.4], 0.5) == 0.3  # even count: a value that was measured, not 0.25
+    assert percentile([1.23456], 0.95, 2) == 1.23
+    assert percentile([], 0.5) is None

@@ -40,6 +40,7 @@ from pathlib import Path
 from memdistill.core.models import REPO
 from memdistill.core.report import md_table
 from memdistill.metrics.extraction import schema_valid
+from memdistill.metrics.stats import percentile
 
 
 def _trainer(padding_free: bool, rows_file: str, out: Path, steps: int, batch: int):
@@ -217,8 +218,8 @@ def bench_serving(
                         "variant": f"vLLM {'window schema' if structured else 'unconstrained'}, {layout}",
                         "windows_per_s": round(len(wins) / served_s, 3),
                         "output_tokens_per_s": round(out_tokens / served_s, 1),
-                        "p50_s": round(statistics.median(lat), 2),
-                        "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2),
+                        "p50_s": percentile(lat, 0.5, 2),
+                        "p95_s": percentile(lat, 0.95, 2),
                         "errors": sum(d[2] is not None for d in done),
                         "at_token_cap": sum(d[1] >= cap for d in done),
                         "schema_valid": round(sum(schema_valid(d[3]) for d in done) / len(done), 3),

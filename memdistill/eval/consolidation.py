@@ -139,8 +139,9 @@ def lightmem(items: list[MemoryItem], embed) -> tuple[int, int]:
     return pairs, merges
 
 
-def rank_of(hits, turn: str) -> int | None:
-    return next((r for r, h in enumerate(hits, 1) if turn in h.item.source_turns), None)
+def first_rank(hits, match) -> int | None:
+    """1-based rank of the first hit whose item `match` accepts; None when no hit does."""
+    return next((r for r, h in enumerate(hits, 1) if match(h.item)), None)
 
 
 def holders(bank: MemoryBank, memory_id: str) -> set[str]:
@@ -150,10 +151,6 @@ def holders(bank: MemoryBank, memory_id: str) -> set[str]:
         out.add(it.memory_id)
         it = bank.get(it.merged_into) if it.merged_into else None
     return out
-
-
-def record_rank(hits, held: set[str]) -> int | None:
-    return next((r for r, h in enumerate(hits, 1) if h.item.memory_id in held), None)
 
 
 def _above(cur, old) -> bool:
@@ -169,10 +166,11 @@ def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> 
         for k in cfg.ks:
             row[f"recall@{k}"] = evidence_coverage(hits[:k], q.evidence)[0] if q.evidence else None
         if q.update_turns:
-            cur, old = (rank_of(hits, t) for t in q.update_turns)
+            cur, old = (first_rank(hits, lambda it, t=t: t in it.source_turns) for t in q.update_turns)
             row.update(turn_current_rank=cur, turn_replaced_rank=old, newer_turn_above=_above(cur, old))
             if q.update_records and all(bank.get(m) for m in q.update_records):
-                cur, old = (record_rank(hits, holders(bank, m)) for m in q.update_records)
+                held = [holders(bank, m) for m in q.update_records]
+                cur, old = (first_rank(hits, lambda it, h=h: it.memory_id in h) for h in held)
                 row.update(current_rank=cur, replaced_rank=old, newer_above=_above(cur, old))
         rows.append(row)
     return summarise(rows, cfg.ks)

@@ -32,7 +32,7 @@ from pathlib import Path
 from memdistill.core.config import ConfigError, from_mapping, job_config
 from memdistill.core.io import load_jsonl, write_json, write_text
 from memdistill.core.report import ci_cell, grouped_bars, md_table, print_report
-from memdistill.metrics.stats import rate_ci
+from memdistill.metrics.stats import percentile, rate_ci
 from memdistill.spec.dialogue import Conversation, Session, message_text
 
 VIAS = ("mem0", "front", "raw")
@@ -67,13 +67,6 @@ def mem0_messages(conv: Conversation, session: Session) -> list[dict]:
         {"role": "user" if t.speaker == first else "assistant", "content": f"{t.speaker}: {message_text(t)}"}
         for t in session.turns
     ]
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 3)
 
 
 class _Recorder:
@@ -178,8 +171,8 @@ def measure(cfg, arm: Arm, seed, convs, mem, tokenizer, out: Path, embed) -> dic
         "first_error": errors[0] if errors else None,
         "mem0_prompt_tokens_per_add": tokens("mem0_prompt_tokens"),
         "compact_prompt_tokens_per_add": tokens("compact_prompt_tokens"),
-        "latency_p50_s": _percentile(lat, 0.5),
-        "latency_p95_s": _percentile(lat, 0.95),
+        "latency_p50_s": percentile(lat, 0.5),
+        "latency_p95_s": percentile(lat, 0.95),
         "questions": len(per_q),
         "hit": {
             str(k): rate_ci([r["first_match_rank"] is not None and r["first_match_rank"] <= k for r in per_q])

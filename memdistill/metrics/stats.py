@@ -25,3 +25,11 @@ def rate_ci(flags: list[bool]) -> dict:
     """{"rate", "ci95", "n"} of per-item yes / no outcomes."""
     out = mean_ci([float(f) for f in flags])
     return {"rate": out["mean"], "ci95": out["ci95"], "n": len(flags)}
+
+
+def percentile(values: list[float], q: float, ndigits: int = 3) -> float | None:
+    """The q-quantile by nearest rank, no interpolation (latency p50 / p95 in every report); None without values."""
+    if not values:
+        return None
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], ndigits)
