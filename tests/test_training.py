@@ -333,6 +333,9 @@ def test_the_student_prompt_travels_from_the_dataset_to_the_sdk(tiny_qwen3_dir, 
     assert trained_prompt(tiny_qwen3_dir) == "student"  # a base model: the default prompt
     mm = MemoryModels(None, model_dir=str(out))
     assert mm.student_prompt() == "student-short"
+    assert MemoryModels(None, model_dir=str(out), student_prompt="student").student_prompt() == "student"
+    with pytest.raises(ValueError, match="student_prompt 'short': expected one of"):
+        MemoryModels(None, student_prompt="short")
     # what the SDK and eval send for a window is what the model was trained on for it, system prompt included
     conv = load("locomo", FIXTURES / "locomo_sample.json")[0]
     w = windows(conv, 8, 2)[0]

@@ -157,6 +157,8 @@ class MemoryModels:
         self._lock = threading.Lock()
         self.model, self.structured, self.max_tokens = model, structured, max_tokens
         self.max_concurrency, self.qwen3_no_think = max_concurrency, qwen3_no_think
+        if student_prompt is not None and student_prompt not in extraction.STUDENT_PROMPTS:
+            raise ValueError(f"student_prompt {student_prompt!r}: expected one of {sorted(extraction.STUDENT_PROMPTS)}")
         self._windows, self._prompt = windows, student_prompt
         self._model_dir = model_dir
         self._root: str | None = None

@@ -346,8 +346,14 @@ def main(argv=None) -> int:
     servers = Servers(job_config(ServeConfig, argv, "memdistill serve", __doc__), encoders=True, front=True)
     servers.start()
     if servers.model:
+        from memdistill.core.models import trained_prompt
+
         print(f"[serve] {servers.model} as {servers.cfg.served_model_name!r}")
         print(f"[serve] {describe_training_windows(servers.model)}")
+        print(
+            f"[serve] student prompt {trained_prompt(servers.model)!r} (its metadata): the SDK sends it; a client "
+            "that renders its own prompts uses spec.extraction.chat_messages(window, that name)"
+        )
     for u in servers.urls:
         print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")
     for name, (model_dir, u) in servers.encoders.items():
