@@ -247,15 +247,8 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
                 bank, cons = MemoryBank(fresh_copy(items)), None
             else:
                 bank = MemoryBank([])
-                cons = Consolidator(
-                    deciders[d],
-                    embed,
-                    cascade["jaccard_min"],
-                    cascade["cosine_min"],
-                    cascade["keywords_then_cosine"],
-                    cascade.get("same_type", True),
-                    one_change=cascade.get("one_change", False),
-                )
+                # a cascade's keys (checked above) are the Consolidator's own field names
+                cons = Consolidator(deciders[d], embed, **{k: v for k, v in cascade.items() if k != "name"})
                 for it in fresh_copy(items):
                     cons.add(bank, it)
                 cons.save_log(out / "decisions" / f"{label}-{name.replace(' / ', '-')}.jsonl")

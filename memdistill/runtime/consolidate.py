@@ -65,10 +65,10 @@ class Consolidator:
             new,
             olds,
             self.embed,
-            self.jaccard_min,
-            self.cosine_min,
-            self.keywords_then_cosine,
-            self.same_type,
+            jaccard_min=self.jaccard_min,
+            cosine_min=self.cosine_min,
+            keywords_then_cosine=self.keywords_then_cosine,
+            same_type=self.same_type,
         )
         self.stats.add(stats)
         if not picked:

@@ -142,7 +142,13 @@ def store_in_mem0(
             new = consolidation.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
             olds = [_stored(h) for h in current]
             picked, _ = consolidation.candidates(
-                new, olds, embed, jaccard_min, cosine_min, keywords_then_cosine, same_type
+                new,
+                olds,
+                embed,
+                jaccard_min=jaccard_min,
+                cosine_min=cosine_min,
+                keywords_then_cosine=keywords_then_cosine,
+                same_type=same_type,
             )
             results = consolidate([(new, olds[i]) for i, _ in picked]) if picked else []
             decisions = [(current[i], olds[i], r) for (i, _), r in zip(picked, results)]
