@@ -83,8 +83,11 @@ class Consolidator:
                 "cosine": round(cos, 4),
                 "problems": [p.code for p in res.problems],
             }
-            changed = [x for x in decisions if x["action"] != "KEEPBOTH" and x.get("applied") is not False]
-            if res.action != "KEEPBOTH" and self.one_change and changed:
+            if (
+                self.one_change
+                and res.action != "KEEPBOTH"
+                and any(x["action"] != "KEEPBOTH" and x.get("applied") is not False for x in decisions)
+            ):
                 d["applied"] = False
             elif res.action == "MERGE":
                 if any(x["action"] == "MERGE" for x in decisions):

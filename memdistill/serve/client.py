@@ -160,6 +160,7 @@ class MemoryModels:
         if student_prompt is not None and student_prompt not in extraction.STUDENT_PROMPTS:
             raise ValueError(f"student_prompt {student_prompt!r}: expected one of {sorted(extraction.STUDENT_PROMPTS)}")
         self._windows, self._prompt = windows, student_prompt
+        self._windows_known = windows is not None
         self._model_dir = model_dir
         self._root: str | None = None
 
@@ -203,8 +204,11 @@ class MemoryModels:
 
     def training_windows(self) -> dict | None:
         """The extractor's training windows ({style: [[W, O], ...]}), or None when they cannot be known."""
-        if self._windows is None and (d := self.trained_dir()):
-            self._windows = trained_windows(d)
+        # read once: the mem0 front asks on every add, and a model without windows must not mean a read each time
+        if not self._windows_known:
+            self._windows_known = True
+            d = self.trained_dir()
+            self._windows = trained_windows(d) if d else None
         return self._windows
 
     def student_prompt(self) -> str:
