@@ -218,6 +218,36 @@ def test_supersede_keeps_both_and_ranks_the_current_one_first(embed):
     assert history(bank, "m2") == [old]
 
 
+def test_a_record_never_ranks_above_what_replaced_it_when_both_are_history(embed):
+    # a later record wrongly supersedes the newer job too: both jobs are then history, and by score alone the
+    # replaced one (it names Acme) comes first
+    later = item("m5", "Tom keeps bees in his garden.", "fact", ["bees"], "2023-07-01T09:00:00", "D3:1")
+    bank = MemoryBank([])
+    actions = {NEW_JOB.content: "SUPERSEDE", later.content: "SUPERSEDE"}
+    cons = Consolidator(scripted(actions), embed, jaccard_min=0.0, cosine_min=0.0, keywords_then_cosine=False)
+    for it in fresh([OLD_JOB, NEW_JOB, later]):
+        cons.add(bank, it)
+    assert (bank.get("m1").superseded_by, bank.get("m2").superseded_by) == ("m2", "m5")
+    question = "Where does Tom work at Acme Bakery?"
+    mixed = [h.item.memory_id for h in MemoryRuntime(bank, embed, history="mixed").rank(question, "c1")]
+    assert mixed.index("m1") < mixed.index("m2")
+    after = [h.item.memory_id for h in MemoryRuntime(bank, embed).rank(question, "c1")]
+    assert after == ["m5", "m2", "m1"]
+
+
+def test_below_successors_follows_a_chain_through_records_outside_the_ranking():
+    from memdistill.runtime.retrieval import Hit, below_successors
+
+    a, b, c = (item(m, f"record {m}", "fact", [], "2023-05-01T10:00:00", "D1:1") for m in ("a", "b", "c"))
+    a.status, a.superseded_by = "superseded", "b"  # a -> b (not retrieved) -> merged into c
+    b.status, b.merged_into = "merged", "c"
+    c.status, c.superseded_by = "superseded", "zz"  # its successor is not in the bank at all
+    bank = MemoryBank([a, b, c])
+    ranked = [(0, Hit(a, 0.9)), (1, Hit(c, 0.5))]
+    assert [h.item.memory_id for _, h in below_successors(bank, ranked)] == ["c", "a"]
+    assert [h.item.memory_id for _, h in below_successors(bank, ranked[::-1])] == ["c", "a"]
+
+
 def test_merge_adds_one_record_with_both_pointers_and_marks_the_two(embed):
     bank, cons = consolidated(embed, {TRIP_AGAIN.content: "MERGE"})
     mid = merged_id("m4", "m3")

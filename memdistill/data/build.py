@@ -110,9 +110,7 @@ class DataConfig:
     gate_min_candidates: int = 5
     # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidation.candidates)
     # (also the cascade whose unlabelled pairs become the consolidator's KEEPBOTH rows offline)
-    pair_cascade: dict = field(
-        default_factory=lambda: {"jaccard_min": 0.0, "cosine_min": 0.5, "keywords_then_cosine": False}
-    )
+    pair_cascade: dict = field(default_factory=lambda: dict(consolidation.WIDE))
     retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
     # a job with fewer ok labels than this share of its items stops the build (exit 1; a rerun resumes)
     min_ok_share: float = 0.5

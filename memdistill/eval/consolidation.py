@@ -74,6 +74,9 @@ class ConsolidationEvalConfig:
     )
     ks: list = field(default_factory=lambda: [1, 5, 10])
     top_k: int = 20
+    # where superseded and merged records rank (memdistill.runtime.retrieval.HISTORY): after the current ones
+    # (after), or by score alone as if the bank were not consolidated (mixed)
+    history: str = "after"
     embedding_model: str = "embedded:minilm"
     output_dir: str = "runs/eval-consolidation"
 
@@ -158,7 +161,7 @@ def _above(cur, old) -> bool:
 
 
 def search(bank: MemoryBank, questions, embed, cfg: ConsolidationEvalConfig) -> dict:
-    rt = MemoryRuntime(bank, embed, cfg.top_k)
+    rt = MemoryRuntime(bank, embed, cfg.top_k, history=cfg.history)
     rows = []
     for q in questions:
         hits = rt.rank(q.question, q.conversation_id, route=False)
@@ -192,6 +195,13 @@ def summarise(rows: list[dict], ks) -> dict:
             out[f"{name}_recall@{k}_ci95"] = bootstrap_ci(mean, len(vals))
     out["rows"] = rows
     return out
+
+
+HISTORY_NOTE = {
+    "after": "current records first, then history by score but never above the record that replaced it",
+    "mixed": "records by score alone, current or not",
+    "drop": "current records only",
+}
 
 
 def run(cfg: ConsolidationEvalConfig) -> Path:
@@ -266,7 +276,8 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
             results[label][name] = res
     meta = {"split": cfg.split, "seed_dir": cfg.seed_dir, "cascades": cfg.cascades,
             "runs": [n for n, _, _ in runs(cfg)], "consolidator": cfg.consolidator, "ks": cfg.ks,
-            "questions": len(questions), "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
+            "history": cfg.history, "questions": len(questions),
+            "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     write_report(out, meta, results, cfg)
     return out
@@ -294,8 +305,9 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
             for c in meta["cascades"]
         )
         + f". Consolidator: `{meta['consolidator']}`. {meta['questions']} questions, {meta['ku_questions']} of them "
-        "knowledge-update. Search: plain question, BM25 + dense, current records first. Brackets: 95% bootstrap "
-        "intervals over questions.",
+        "knowledge-update. Search: plain question, BM25 + dense, "
+        + (HISTORY_NOTE.get(meta.get("history", "after")) or f"history={meta['history']}")
+        + ". Brackets: 95% bootstrap intervals over questions.",
         "",
         "## Update efficiency (DimMem Table 5 layout)",
         "",

@@ -37,9 +37,10 @@ Decide = Callable[[list[tuple[StoredRecord, StoredRecord]]], list[ParseResult]]
 class Consolidator:
     decide: Decide  # (new, existing) pairs -> one decision each
     embed: Callable | None = None  # unit-vector embedder for the cascade's last level (MiniLM by default)
-    jaccard_min: float = consolidation.JACCARD
-    cosine_min: float = consolidation.COSINE
-    keywords_then_cosine: bool = True  # False: a same-type pair passes on keywords or on cosine
+    # the cascade (consolidation.candidates); the default is consolidation.WIDE, DimMem's own is (JACCARD, COSINE, True)
+    jaccard_min: float = consolidation.WIDE["jaccard_min"]
+    cosine_min: float = consolidation.WIDE["cosine_min"]
+    keywords_then_cosine: bool = consolidation.WIDE["keywords_then_cosine"]  # False: keywords or cosine
     same_type: bool = True  # False: records of any memory_type are compared (changes recorded under another type)
     # True: at most one MERGE or SUPERSEDE per new record, the most similar candidate's; the others are logged
     # unapplied. False: one MERGE, and every SUPERSEDE, as decided.

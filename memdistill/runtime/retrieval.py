@@ -41,7 +41,8 @@ Hooks (plain callables, all optional):
   Recall.skipped is the share of the conversation's records it skipped (MemoType: about 20%, section 2.2).
 A planner that always answers one complexity is TiMem's fixed-scope setting (Table 3, "w/o Planner").
 Consolidated banks (memdistill.runtime.consolidate): current records rank before superseded or merged
-ones (`history="after"`), or the latter are dropped (`"drop"`) or ranked by score alone (`"mixed"`).
+ones (`history="after"`: by score, but never above the record that replaced them), or the latter are dropped
+(`"drop"`) or ranked by score alone (`"mixed"`).
 `hooks_from_models` builds them from a MemoryModels endpoint (classify_types, plan, gate); `score_gate` turns a
 candidate scorer into a gate through memdistill.spec.recall_gate.select.
 """
@@ -63,8 +64,10 @@ from memdistill.spec.dialogue import Conversation
 from memdistill.spec.query_parse import QueryAnalysis, QueryDimension, time_range
 from memdistill.spec.recall_gate import BUDGETS, select
 
-# Where records that consolidation marked superseded or merged go in a ranking: after every current one,
-# nowhere, or wherever their score puts them (as if the bank were not consolidated).
+# Where records that consolidation marked superseded or merged go in a ranking: after every current one, nowhere,
+# or wherever their score puts them (as if the bank were not consolidated). After: by score, except that a record
+# never ranks above what replaced it, so a false SUPERSEDE of the newer record by a later one (both then history)
+# cannot put the answer it replaced back above it.
 HISTORY = ("after", "drop", "mixed")
 FUSIONS = ("rrf", "dimmem_union")
 UNION_ORDER = ("dim", "dense", "bm25")  # DimMem's released QA script concatenates the routes in this order
@@ -160,6 +163,32 @@ class _ConvIndex:
         if self.bm25 is None or not q:
             return np.zeros(len(self.items))
         return np.asarray(self.bm25.get_scores(q), dtype=float)
+
+
+def below_successors(bank: MemoryBank, ranked: list) -> list:
+    """`ranked` ((index, Hit) pairs) in order, except that a replaced record moves just below the lowest-ranked
+    record of its chain (what superseded it or it merged into, and so on; records outside the ranking pass the
+    chain through), so that no record ranks above what replaced it."""
+    pos = {h.item.memory_id: k for k, (_, h) in enumerate(ranked)}
+    key: dict[str, float] = {}
+
+    def place(mid: str, seen: frozenset) -> float:
+        if mid not in key:
+            k, it = float(pos[mid]), bank.get(mid)
+            nxt = (it.superseded_by or it.merged_into) if it else None
+            while nxt and nxt not in seen:
+                seen |= {nxt}
+                if nxt in pos:
+                    k = max(k, place(nxt, seen) + 0.5)
+                    break
+                it = bank.get(nxt)
+                nxt = (it.superseded_by or it.merged_into) if it else None
+            key[mid] = k
+        return key[mid]
+
+    return sorted(
+        ranked, key=lambda x: (place(x[1].item.memory_id, frozenset({x[1].item.memory_id})), pos[x[1].item.memory_id])
+    )
 
 
 class MemoryRuntime:
@@ -263,6 +292,8 @@ class MemoryRuntime:
         ranked = sorted(fused.items(), key=lambda x: (first(x[1]), -x[1].score, 0.0 if union else -cos[x[0]], x[0]))
         if self.history == "drop":
             ranked = [x for x in ranked if x[1].item.current]
+        elif self.history == "after":
+            ranked = below_successors(self.bank, ranked)
         seen, out = set(), []
         for _, hit in ranked:  # Dedup by content (DimMem Eq. 6); an extractor may write the same sentence twice
             key = _fold(hit.item.content)

@@ -120,9 +120,9 @@ def store_in_mem0(
     user_id: str,
     consolidate=None,
     embed=None,
-    jaccard_min: float = consolidation.JACCARD,
-    cosine_min: float = consolidation.COSINE,
-    keywords_then_cosine: bool = True,
+    jaccard_min: float = consolidation.WIDE["jaccard_min"],
+    cosine_min: float = consolidation.WIDE["cosine_min"],
+    keywords_then_cosine: bool = consolidation.WIDE["keywords_then_cosine"],
     same_type: bool = True,
 ) -> list[str]:
     """Add ExtractedMemory items to mem0 as raw memories (`infer=False`); returns mem0's ids of what was
