@@ -131,12 +131,12 @@ def encoder_servers(tmp_path_factory):
     segmenter and query typer (labelled by that router's vote) on /classify and a tiny trained gate on
     /score (five servers, started together)."""
     from memdistill.core.config import load_config
-    from memdistill.serve.server import ServeConfig, Servers, free_port
+    from memdistill.serve.server import ENCODERS, ServeConfig, Servers, free_port
 
     root = tmp_path_factory.mktemp("encoders")
     dirs = {task: train_tiny_encoder(task, root / task)[1] for task in ("router", "gate", "consolidator", "segmenter")}
     dirs["querytyper"] = train_tiny_encoder("querytyper", root / "querytyper", label_router=str(dirs["router"]))[1]
-    port = free_port()
+    port = free_port(span=len(ENCODERS))
     cfg = load_config(
         ServeConfig,
         REPO / "configs/serving/cpu.yaml",

@@ -152,3 +152,21 @@ def test_encoder_endpoint_down_is_a_typed_error_quickly():
     assert time.time() - t0 < 10
     with pytest.raises(MemoryModelsError, match="no LM endpoint"):
         mm.plan("Where?")  # no planner URL and no LM: nothing to answer with
+
+
+def test_free_port_gives_consecutive_free_ports_below_the_ephemeral_range():
+    import socket
+    from pathlib import Path
+
+    from memdistill.serve.server import ENCODERS
+
+    base = free_port(span=len(ENCODERS))
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert 10_000 <= base and base + len(ENCODERS) <= low  # no kernel-assigned port can land on them
+    socks = [socket.socket() for _ in ENCODERS]
+    try:
+        for k, s in enumerate(socks):
+            s.bind(("127.0.0.1", base + k))
+    finally:
+        for s in socks:
+            s.close()

@@ -343,7 +343,7 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
 
     from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
-    from memdistill.serve.server import Servers, free_port
+    from memdistill.serve.server import ENCODERS, Servers, free_port
     from memdistill.spec.recall_plan import complexity_of
 
     cfg = private_serve_config(serve_config, overrides=["gate=null"])
@@ -373,7 +373,7 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
 
     per: dict = {}
     enc_cfg = private_serve_config(
-        serve_config, overrides=["serve_extractor=false", "gate=null", f"encoder_port={free_port()}"]
+        serve_config, overrides=["serve_extractor=false", "gate=null", f"encoder_port={free_port(span=len(ENCODERS))}"]
     )
     with Servers(enc_cfg, log_dir=tempfile.mkdtemp(prefix="bench-enc-"), encoders=True) as servers:
         mm = MemoryModels(

@@ -156,13 +156,28 @@ def encoder_command(cfg: ServeConfig, name: str, model: str, port: int) -> list[
     return cmd
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (tests and benchmarks start private servers)."""
+def free_port(host: str = "127.0.0.1", span: int = 1) -> int:
+    """The first of `span` consecutive ports nothing listens on right now (tests and benchmarks start private
+    servers; the encoders listen on encoder_port + k). Picked below the kernel's ephemeral range: a starting vLLM
+    server binds its internal sockets to ports the kernel assigns from that range, and one took an encoder's
+    port before that encoder bound it (CI, five encoder servers starting together: Errno 98)."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        base = random.randrange(10_000, max(10_001, low - span))
+        try:
+            for port in range(base, base + span):
+                with socket.socket() as s:
+                    s.bind((host, port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {span} consecutive free ports on {host} below {low}")
 
 
 def replica_devices(cfg: ServeConfig, replica: int, visible: list[str]) -> list[str]:
