@@ -114,3 +114,34 @@ def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
     assert old_job.record.content not in current and new_job.record.content in current
     history = [h["memory"] for h in search_mem0(mem, "Where does Tom work?", user_id="u1", top_k=10, history=True)]
     assert old_job.record.content in history
+
+
+def test_mem0_history_search_never_ranks_a_memory_above_what_replaced_it(tmp_path):
+    from memdistill.core.embedder import Embedder
+    from memdistill.spec import consolidation
+    from memdistill.spec.extraction import Dimension, MemoryRecord
+
+    def em(content, keywords, turn, ts):
+        rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type="fact", keywords=keywords))
+        return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
+
+    acme = em("Tom works as a baker at Acme Bakery.", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
+    zed = em("Tom now works as a baker at Zed Bakery.", ["job", "Zed"], "D2:4", "2023-06-10T09:00:00")
+    bees = em("Tom keeps bees in his garden.", ["job", "bees"], "D3:1", "2023-07-01T09:00:00")
+
+    def decide(pairs):  # every later record supersedes: the bees wrongly supersede the Zed job too
+        return [consolidation.ParseResult("SUPERSEDE", ok=True) for _ in pairs]
+
+    mem = local_mem0(tmp_path / "store")
+    store_in_mem0(mem, [acme, zed, bees], user_id="u1", consolidate=decide, embed=Embedder())
+    status = {h["memory"]: h["metadata"]["status"] for h in mem.get_all(filters={"user_id": "u1"})["results"]}
+    assert status == {
+        acme.record.content: "superseded",
+        zed.record.content: "superseded",
+        bees.record.content: "current",
+    }
+    hits = search_mem0(mem, "Where does Tom work at Acme Bakery?", user_id="u1", top_k=10, history=True)
+    raw = mem.search("Where does Tom work at Acme Bakery?", top_k=10, filters={"user_id": "u1"}, threshold=0.0)
+    by_score = [h["memory"] for h in raw["results"]]
+    assert by_score.index(acme.record.content) < by_score.index(zed.record.content)  # by score alone, Acme first
+    assert [h["memory"] for h in hits] == [bees.record.content, zed.record.content, acme.record.content]

@@ -60,6 +60,7 @@ from memdistill.core.embedder import Embedder
 from memdistill.runtime.bank import MemoryBank, MemoryItem
 from memdistill.spec import qa
 from memdistill.spec import query_type as query_type_spec
+from memdistill.spec.consolidation import below_successors
 from memdistill.spec.dialogue import Conversation
 from memdistill.spec.query_parse import QueryAnalysis, QueryDimension, time_range
 from memdistill.spec.recall_gate import BUDGETS, select
@@ -165,32 +166,6 @@ class _ConvIndex:
         return np.asarray(self.bm25.get_scores(q), dtype=float)
 
 
-def below_successors(bank: MemoryBank, ranked: list) -> list:
-    """`ranked` ((index, Hit) pairs) in order, except that a replaced record moves just below the lowest-ranked
-    record of its chain (what superseded it or it merged into, and so on; records outside the ranking pass the
-    chain through), so that no record ranks above what replaced it."""
-    pos = {h.item.memory_id: k for k, (_, h) in enumerate(ranked)}
-    key: dict[str, float] = {}
-
-    def place(mid: str, seen: frozenset) -> float:
-        if mid not in key:
-            k, it = float(pos[mid]), bank.get(mid)
-            nxt = (it.superseded_by or it.merged_into) if it else None
-            while nxt and nxt not in seen:
-                seen |= {nxt}
-                if nxt in pos:
-                    k = max(k, place(nxt, seen) + 0.5)
-                    break
-                it = bank.get(nxt)
-                nxt = (it.superseded_by or it.merged_into) if it else None
-            key[mid] = k
-        return key[mid]
-
-    return sorted(
-        ranked, key=lambda x: (place(x[1].item.memory_id, frozenset({x[1].item.memory_id})), pos[x[1].item.memory_id])
-    )
-
-
 class MemoryRuntime:
     def __init__(
         self,
@@ -236,6 +211,10 @@ class MemoryRuntime:
         if new.fusion not in FUSIONS:
             raise ValueError(f"fusion={new.fusion!r}: expected one of {FUSIONS}")
         return new
+
+    def _successor(self, memory_id: str) -> str | None:
+        it = self.bank.get(memory_id)
+        return (it.superseded_by or it.merged_into) if it else None
 
     def index(self, conversation_id: str) -> _ConvIndex:
         idx = self._index.get(conversation_id)
@@ -293,7 +272,7 @@ class MemoryRuntime:
         if self.history == "drop":
             ranked = [x for x in ranked if x[1].item.current]
         elif self.history == "after":
-            ranked = below_successors(self.bank, ranked)
+            ranked = [ranked[k] for k in below_successors([h.item.memory_id for _, h in ranked], self._successor)]
         seen, out = set(), []
         for _, hit in ranked:  # Dedup by content (DimMem Eq. 6); an extractor may write the same sentence twice
             key = _fold(hit.item.content)

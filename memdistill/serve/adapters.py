@@ -178,13 +178,25 @@ def store_in_mem0(
 def search_mem0(
     mem, query: str, user_id: str, top_k: int = 5, memory_type: str | None = None, history: bool = False
 ) -> list[dict]:
-    """mem0 search over the user's current memories (`history=True`: superseded and merged ones too)."""
+    """mem0 search over the user's current memories. `history=True`: superseded and merged ones too, after the
+    current ones and never above what replaced them (as the runtime's history="after")."""
     filters = {"user_id": user_id}
     if memory_type:
         filters["memory_type"] = memory_type
     if not history:
         filters["status"] = "current"
-    return mem.search(query, top_k=top_k, filters=filters, threshold=0.0).get("results", [])
+    hits = mem.search(query, top_k=top_k, filters=filters, threshold=0.0).get("results", [])
+    if not history:
+        return hits
+    hits = sorted(hits, key=lambda h: (h.get("metadata") or {}).get("status", "current") != "current")
+    seen = {h["id"]: h for h in hits}
+
+    def successor(memory_id: str) -> str | None:
+        h = seen.get(memory_id) or mem.get(memory_id) or {}
+        md = h.get("metadata") or {}
+        return md.get("superseded_by") or md.get("merged_into")
+
+    return [hits[k] for k in consolidation.below_successors([h["id"] for h in hits], successor)]
 
 
 def openai_extraction_request(

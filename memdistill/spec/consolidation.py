@@ -291,6 +291,29 @@ def rule_action(new: StoredRecord, existing: StoredRecord) -> str:
     return "KEEPBOTH"
 
 
+def below_successors(ids: list[str], successor: Callable[[str], str | None]) -> list[int]:
+    """A ranking's order (positions into `ids`) kept, except that a record moves just below the lowest-ranked
+    record that replaced it: what superseded it or what it merged into (`successor`), following the chain
+    through records outside the ranking. No record then ranks above its replacement, even when a later record
+    superseded that one too (the runtime's history="after" and the mem0 adapter's history search)."""
+    pos = {m: k for k, m in enumerate(ids)}
+    key: dict[str, float] = {}
+
+    def place(m: str, seen: frozenset) -> float:
+        if m not in key:
+            k, nxt = float(pos[m]), successor(m)
+            while nxt and nxt not in seen:
+                seen |= {nxt}
+                if nxt in pos:
+                    k = max(k, place(nxt, seen) + 0.5)
+                    break
+                nxt = successor(nxt)
+            key[m] = k
+        return key[m]
+
+    return sorted(range(len(ids)), key=lambda k: (place(ids[k], frozenset({ids[k]})), k))
+
+
 @dataclass
 class ParseResult:
     action: str = "KEEPBOTH"
