@@ -24,6 +24,14 @@ def _gold_memories(n_windows=3):
     return out
 
 
+def em(content, mtype, keywords, turn, ts):
+    """A hand-made record as the SDK returns it (conversation c1, said by Tom)."""
+    from memdistill.spec.extraction import Dimension, MemoryRecord
+
+    rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type=mtype, keywords=keywords))
+    return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
+
+
 def test_mem0_stores_records_with_dimensions_and_finds_them(tmp_path):
     mems = _gold_memories()
     assert len(mems) >= 5
@@ -72,11 +80,6 @@ def test_plain_openai_client_recipe(server, mm):
 def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
     from memdistill.core.embedder import Embedder
     from memdistill.spec import consolidation
-    from memdistill.spec.extraction import Dimension, MemoryRecord
-
-    def em(content, mtype, keywords, turn, ts):
-        rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type=mtype, keywords=keywords))
-        return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
 
     old_job = em(
         "Tom works as a baker at Acme Bakery.", "fact", ["job", "bakery", "Acme"], "D1:2", "2023-05-01T10:00:00"
@@ -119,15 +122,10 @@ def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
 def test_mem0_history_search_never_ranks_a_memory_above_what_replaced_it(tmp_path):
     from memdistill.core.embedder import Embedder
     from memdistill.spec import consolidation
-    from memdistill.spec.extraction import Dimension, MemoryRecord
 
-    def em(content, keywords, turn, ts):
-        rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type="fact", keywords=keywords))
-        return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
-
-    acme = em("Tom works as a baker at Acme Bakery.", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
-    zed = em("Tom now works as a baker at Zed Bakery.", ["job", "Zed"], "D2:4", "2023-06-10T09:00:00")
-    bees = em("Tom keeps bees in his garden.", ["job", "bees"], "D3:1", "2023-07-01T09:00:00")
+    acme = em("Tom works as a baker at Acme Bakery.", "fact", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
+    zed = em("Tom now works as a baker at Zed Bakery.", "fact", ["job", "Zed"], "D2:4", "2023-06-10T09:00:00")
+    bees = em("Tom keeps bees in his garden.", "fact", ["job", "bees"], "D3:1", "2023-07-01T09:00:00")
 
     def decide(pairs):  # every later record supersedes: the bees wrongly supersede the Zed job too
         return [consolidation.ParseResult("SUPERSEDE", ok=True) for _ in pairs]
@@ -145,3 +143,27 @@ def test_mem0_history_search_never_ranks_a_memory_above_what_replaced_it(tmp_pat
     by_score = [h["memory"] for h in raw["results"]]
     assert by_score.index(acme.record.content) < by_score.index(zed.record.content)  # by score alone, Acme first
     assert [h["memory"] for h in hits] == [bees.record.content, zed.record.content, acme.record.content]
+
+
+@pytest.mark.parametrize("one_change", [False, True])
+def test_mem0_one_change_supersedes_only_the_most_similar_memory(tmp_path, one_change):
+    from memdistill.core.embedder import Embedder
+    from memdistill.spec import consolidation
+
+    acme = em("Tom works as a baker at Acme Bakery.", "fact", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
+    shift = em("Tom works the early shift on weekdays.", "fact", ["job", "shift"], "D1:3", "2023-05-01T10:01:00")
+    zed = em("Tom now works as a baker at Zed Bakery.", "fact", ["job", "Zed"], "D2:4", "2023-06-10T09:00:00")
+    asked = []
+
+    def decide(pairs):  # the model has the Zed job supersede both earlier job records
+        asked.extend((n.content, o.content) for n, o in pairs)
+        action = {zed.record.content: "SUPERSEDE"}
+        return [consolidation.ParseResult(action.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
+
+    mem = local_mem0(tmp_path / "store")
+    store_in_mem0(mem, [acme, shift, zed], user_id="u1", consolidate=decide, embed=Embedder(), one_change=one_change)
+    # both reached the model, the most similar first
+    assert [o for n, o in asked if n == zed.record.content] == [acme.record.content, shift.record.content]
+    status = {h["memory"]: h["metadata"]["status"] for h in mem.get_all(filters={"user_id": "u1"})["results"]}
+    assert status[acme.record.content] == "superseded" and status[zed.record.content] == "current"
+    assert status[shift.record.content] == ("current" if one_change else "superseded")

@@ -124,11 +124,13 @@ def store_in_mem0(
     cosine_min: float = consolidation.WIDE["cosine_min"],
     keywords_then_cosine: bool = consolidation.WIDE["keywords_then_cosine"],
     same_type: bool = True,
+    one_change: bool = False,
 ) -> list[str]:
     """Add ExtractedMemory items to mem0 as raw memories (`infer=False`); returns mem0's ids of what was
     added. With `consolidate` ((new, existing) pairs -> consolidation.ParseResult list, e.g.
     `MemoryModels.consolidate_pairs`) each record is first checked against the user's current memories
-    (cascade thresholds as in memdistill.runtime.consolidate; `embed` defaults to MiniLM)."""
+    (cascade thresholds and `one_change` as in memdistill.runtime.consolidate.Consolidator; `embed` defaults to
+    MiniLM)."""
     if consolidate is not None and embed is None:
         from memdistill.core.embedder import Embedder
 
@@ -152,6 +154,8 @@ def store_in_mem0(
             )
             results = consolidate([(new, olds[i]) for i, _ in picked]) if picked else []
             decisions = [(current[i], olds[i], r) for (i, _), r in zip(picked, results)]
+            if one_change:  # the most similar candidate's change only (picked is best first)
+                decisions = [d for d in decisions if d[2].action != "KEEPBOTH"][:1]
         out = mem.add(m.record.content, user_id=user_id, metadata=md, infer=False)
         new_ids = [r["id"] for r in out.get("results", [])]
         ids += new_ids
