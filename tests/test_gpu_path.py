@@ -78,6 +78,18 @@ def test_extractor_eval_serves_qwen3_4b_in_bf16_on_the_paper_windows(launches, t
     assert _opt(cmd, "--gpu-memory-utilization") == "0.8"
 
 
+def test_extractor_eval_refuses_labels_that_do_not_match_the_models_before_any_work(launches, tmp_path):
+    from memdistill.core.config import ConfigError
+    from memdistill.eval.extractor import EvalConfig, run
+
+    overrides = [f"output_dir={tmp_path}", "labels=[one, two]"]
+    cfg = load_config(EvalConfig, REPO / "configs/eval/extractor_cpu.yaml", overrides)
+    assert len(cfg.models) == 1  # the second label used to be dropped without a word
+    with pytest.raises(ConfigError, match="labels: 2 labels for 1 models"):
+        run(cfg)
+    assert launches == [] and list(tmp_path.iterdir()) == []
+
+
 def test_extractor_eval_default_stays_on_the_cpu_serving_config(launches, tmp_path):
     from memdistill.eval.extractor import EvalConfig, _generate, test_items
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from memdistill.core.config import job_config
+from memdistill.core.config import ConfigError, job_config
 from memdistill.core.embedder import Embedder
 from memdistill.core.models import trained_prompt
 from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
@@ -206,6 +206,8 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
 
 
 def run(cfg: EvalConfig) -> Path:
+    if cfg.labels is not None and len(cfg.labels) != len(cfg.models):
+        raise ConfigError(f"labels: {len(cfg.labels)} labels for {len(cfg.models)} models (one per model)")
     seed, wins, qs = test_items(cfg)
     if not wins:
         raise ValueError(f"no {cfg.split} windows in {cfg.seed_dir}")
