@@ -311,6 +311,17 @@ def test_replay_rebuilds_the_same_bank_and_is_idempotent(embed, tmp_path):
     assert len(cons.decide.calls) == n_calls and len(bank) == 5
 
 
+def test_eval_consolidation_refuses_an_unknown_history_before_any_work(tmp_path):
+    from memdistill.core.config import ConfigError
+    from memdistill.eval.consolidation import HISTORY_NOTE, ConsolidationEvalConfig, run
+    from memdistill.runtime.retrieval import HISTORY
+
+    assert set(HISTORY_NOTE) == set(HISTORY)  # the report describes every ordering the runtime has
+    with pytest.raises(ConfigError, match="history: 'latest' is not one of"):
+        run(ConsolidationEvalConfig(history="latest", output_dir=str(tmp_path / "out")))
+    assert not (tmp_path / "out").exists()
+
+
 def test_eval_consolidation_on_the_gold_test_split(tmp_path):
     from memdistill.data import seed as seedlib
     from memdistill.eval.consolidation import ConsolidationEvalConfig, run

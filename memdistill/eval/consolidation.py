@@ -45,6 +45,7 @@ from memdistill.metrics.recall import evidence_coverage
 from memdistill.metrics.stats import bootstrap_ci
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.consolidate import Consolidator
+from memdistill.runtime.retrieval import HISTORY
 from memdistill.spec import consolidation
 
 # gold: the labelled pairs' actions (KEEPBOTH for a pair no gold pair names), the ceiling of cascade and
@@ -74,8 +75,7 @@ class ConsolidationEvalConfig:
     )
     ks: list = field(default_factory=lambda: [1, 5, 10])
     top_k: int = 20
-    # where superseded and merged records rank (memdistill.runtime.retrieval.HISTORY): after the current ones
-    # (after), or by score alone as if the bank were not consolidated (mixed)
+    # where superseded and merged records rank (memdistill.runtime.retrieval.HISTORY; HISTORY_NOTE below)
     history: str = "after"
     embedding_model: str = "embedded:minilm"
     output_dir: str = "runs/eval-consolidation"
@@ -211,6 +211,8 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
     labels = cfg.labels or [b if b == "gold" else Path(b.split(":", 1)[-1]).stem for b in cfg.banks]
     if len(labels) != len(cfg.banks):
         raise ConfigError(f"labels: {len(labels)} labels for {len(cfg.banks)} banks")
+    if cfg.history not in HISTORY:
+        raise ConfigError(f"history: {cfg.history!r} is not one of {HISTORY}")
     unknown = [d for d in cfg.deciders if d not in DECIDERS]
     if unknown:
         raise ConfigError(f"deciders: unknown {unknown}; expected some of {DECIDERS}")
@@ -306,7 +308,7 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
         )
         + f". Consolidator: `{meta['consolidator']}`. {meta['questions']} questions, {meta['ku_questions']} of them "
         "knowledge-update. Search: plain question, BM25 + dense, "
-        + (HISTORY_NOTE.get(meta.get("history", "after")) or f"history={meta['history']}")
+        + HISTORY_NOTE[meta["history"]]
         + ". Brackets: 95% bootstrap intervals over questions.",
         "",
         "## Update efficiency (DimMem Table 5 layout)",
