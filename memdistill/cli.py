@@ -1,7 +1,7 @@
 """`memdistill` command line: one subcommand per job.
 
 memdistill windows --format locomo|longmemeval|chat-jsonl|seed PATH [--model DIR] [--window W --overlap O]
-memdistill parse --task extraction [--window FILE]  < raw_model_output
+memdistill parse --model extractor [--window FILE]  < raw_model_output
 memdistill models                                   materialise the embedded default models
 memdistill check-seed [DIR]                         validate the gold corpus, print statistics
 memdistill data --config configs/data/seed.yaml [key=value ...]
@@ -68,11 +68,11 @@ def _windows(args) -> int:
 
 
 def _parse(args) -> int:
-    from memdistill.spec import task_module
+    from memdistill.spec import MODELS
     from memdistill.spec.dialogue import Window
 
-    raw = sys.stdin.read()
-    if args.task == "extraction":
+    raw, m = sys.stdin.read(), MODELS[args.model]
+    if m.unit == "window":
         window = None
         if args.window:
             try:
@@ -85,11 +85,11 @@ def _parse(args) -> int:
                 raise UsageError(f"--window {args.window}: {e.strerror}") from None
             except (json.JSONDecodeError, KeyError, ValueError) as e:
                 raise UsageError(f"--window {args.window}: not a window line from `memdistill windows` ({e})") from None
-        result = task_module("extraction").parse(raw, window)
+        result = m.parse(raw, window)
     else:
         if args.window:
-            raise UsageError("--window only applies to --task extraction")
-        result = task_module(args.task).parse(raw)
+            raise UsageError("--window only applies to a model that reads windows (extractor)")
+        result = m.parse(raw)
     print(json.dumps(result.to_json(), ensure_ascii=False))
     return 0
 
@@ -122,7 +122,7 @@ def _job(module: str, **kwargs):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memdistill.spec import TASKS
+    from memdistill.spec import NAMES
 
     p = argparse.ArgumentParser(prog="memdistill", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_windows)
 
     pa = sub.add_parser("parse", help="parse a raw model output from stdin into validated records + problems")
-    pa.add_argument("--task", required=True, choices=TASKS)
+    pa.add_argument("--model", required=True, choices=NAMES)
     pa.add_argument("--window", help="a file whose first line is one window from `memdistill windows`")
     pa.set_defaults(func=_parse)
 

@@ -81,14 +81,7 @@ def encoder_rows(task: str, n: int, split: str = "train") -> list[dict]:
     from memdistill.data import seed as seedlib
 
     seed = seedlib.load(REPO / "data" / "seed")
-    rows = {
-        "router": build.router_rows,
-        "planner": build.planner_rows,
-        "gate": build.gate_rows,
-        "consolidator": build.consolidator_rows,
-        "segmenter": build.segmenter_rows,
-        "querytyper": build.querytyper_rows,
-    }[task](seed, split)
+    rows = build.gold_rows(seed, task, split)
     if task == "gate":
         keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: max(1, n // 16)]
         return [r for r in rows if r["gate_id"] in keep]

@@ -61,9 +61,9 @@ def test_windows_presets_and_other_formats():
             "overlap",
         ),
         (("windows", "--format", "xml", "a"), "invalid choice"),
-        (("parse", "--task", "nope"), "invalid choice"),
-        (("parse", "--task", "query_parse", "--window", "x.jsonl"), "--window only applies"),
-        (("parse", "--task", "extraction", "--window", "missing.jsonl"), "missing.jsonl"),
+        (("parse", "--model", "nope"), "invalid choice"),
+        (("parse", "--model", "query_parser", "--window", "x.jsonl"), "--window only applies"),
+        (("parse", "--model", "extractor", "--window", "missing.jsonl"), "missing.jsonl"),
     ],
 )
 def test_usage_errors(args, msg):
@@ -98,7 +98,7 @@ def test_parse_with_window_applies_overlap(tmp_path):
         ]
     }
     raw = "<think>ok</think>```json\n" + json.dumps(out) + "\n```"
-    r = run("parse", "--task", "extraction", "--window", str(win), stdin=raw)
+    r = run("parse", "--model", "extractor", "--window", str(win), stdin=raw)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [x["source_id"] for x in res["records"]] == [4]
@@ -110,10 +110,10 @@ def test_parse_with_window_applies_overlap(tmp_path):
     }
 
 
-@pytest.mark.parametrize("task", ["extraction", "query_parse", "memory_type", "recall_plan", "recall_gate"])
+@pytest.mark.parametrize("task", ["extractor", "query_parser", "router", "planner", "gate"])
 def test_parse_exits_zero_whatever_the_output(task):
     for raw in ["", "garbage {", '{"memories": [{"source_id": 1']:
-        r = run("parse", "--task", task, stdin=raw)
+        r = run("parse", "--model", task, stdin=raw)
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
         assert set(res) == {"records", "problems"} and res["problems"]

@@ -372,7 +372,7 @@ def test_eval_encoders_scores_the_consolidator_against_its_baselines(tmp_path):
     rows = encoder_rows("consolidator", 30, "test")
     (tmp_path / "data" / "consolidator").mkdir(parents=True)
     (tmp_path / "data" / "consolidator" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = run(EncoderEvalConfig(data_dir=str(tmp_path / "data"), tasks=["consolidator"], consolidator=str(model),
+    out = run(EncoderEvalConfig(data_dir=str(tmp_path / "data"), tasks=["consolidator"], models={"consolidator": str(model)},
                                 lm_baseline=False, write_cards=False, output_dir=str(tmp_path / "out")))  # fmt: skip
     got = json.loads((out / "metrics.json").read_text())["results"]["consolidator"]
     assert set(got) == {"encoder", "rules"}
@@ -431,8 +431,8 @@ def test_cascade_negatives_are_keepboth_pairs_no_gold_pair_names_and_stay_out_of
     from memdistill.data import seed as seedlib
 
     seed = seedlib.load()
-    cascade = build.DataConfig().pair_cascade
-    rows = build.consolidator_rows(seed, "dev", cascade, 1.0)
+    cfg = build.DataConfig(consolidator_negatives=1.0)
+    rows = build.gold_rows(seed, "consolidator", "dev", cfg)
     gold = [r for r in rows if r["origin"] != "cascade_negative"]
     neg = [r for r in rows if r["origin"] == "cascade_negative"]
     assert len(gold) == len(seed.rows("pairs", "dev")) and len(neg) == len(gold)
@@ -447,5 +447,5 @@ def test_cascade_negatives_are_keepboth_pairs_no_gold_pair_names_and_stay_out_of
     pos = {m["memory_id"]: seed.stored(m["conversation_id"], m["memory_id"])[1] for m in seed.memories}
     assert all(pos[new] <= pos[replaced_by[old]] for old, new in pairs if old in replaced_by)
     assert any(old in replaced_by for old, _ in pairs)  # the check above is not vacuous
-    test = build.consolidator_rows(seed, "test", cascade, 1.0)
+    test = build.gold_rows(seed, "consolidator", "test", cfg)
     assert len(test) == len(seed.rows("pairs", "test")) and all(r["origin"] != "cascade_negative" for r in test)

@@ -10,7 +10,7 @@ import pytest
 from memdistill.serve.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
 from memdistill.serve.server import free_port
 from memdistill.spec import memory_type, recall_gate
-from memdistill.train.encoder import Encoder
+from memdistill.core.encoder import Encoder
 from tests.conftest import encoder_rows
 
 SNIPPETS = [

@@ -10,7 +10,9 @@ import torch
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.spec import memory_type, recall_gate, recall_plan
-from memdistill.train.encoder import LABELS, SOFTMAX, Encoder, EncoderConfig, model_inputs, validate
+from memdistill.core.encoder import Encoder
+from memdistill.spec import MODELS
+from memdistill.train.encoder import EncoderConfig, model_inputs, validate
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 
 TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
@@ -44,7 +46,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
 
     enc = Encoder(str(out))
     cfg = enc.model.config
-    labels = list(LABELS[task])
+    labels = list(MODELS[task].labels)
     assert [cfg.id2label[i] for i in range(cfg.num_labels)] == labels and cfg.label2id == {
         lab: i for i, lab in enumerate(labels)
     }
@@ -52,7 +54,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
     assert saved["thresholds"] == summary["thresholds"] == cfg.memdistill["thresholds"] == enc.meta["thresholds"]
     if task == "segmenter":  # a two-way softmax with its dev-tuned cut on P(CHANGE) folded in
         assert set(saved["thresholds"]) == {"CHANGE"} and saved["thresholds_folded"]
-    elif task in SOFTMAX:
+    elif MODELS[task].softmax:
         assert saved["thresholds"] == {} and not saved["thresholds_folded"]
     else:
         assert set(saved["thresholds"]) == set(labels) and saved["thresholds_folded"]
@@ -68,7 +70,7 @@ def test_training_moves_loss_and_export_reloads(task, base, request, tmp_path):
         raw, th = _unfolded_probs(out, rows, task)
         assert all(abs(sum(s) - 1) < 1e-5 for s in scores)
         assert [f[1] >= f[0] for f in scores] == [r[1] >= th["CHANGE"] for r in raw]
-    elif task in SOFTMAX:
+    elif MODELS[task].softmax:
         assert all(abs(sum(s) - 1) < 1e-5 for s in scores)  # softmax, as vLLM serves a 3-class head
     else:  # decisions at 0.5 on the exported head == decisions at the tuned thresholds on the raw head
         raw, th = _unfolded_probs(out, rows, task)
@@ -249,7 +251,9 @@ def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baseli
 
 
 def test_rule_baselines_follow_their_documented_rules():
-    from memdistill.eval.encoders import rule_gate, rule_planner, rule_router
+    from memdistill.spec.memory_type import rule_labels as rule_router
+    from memdistill.spec.recall_gate import rule_keep as rule_gate
+    from memdistill.spec.recall_plan import rule_complexity as rule_planner
 
     assert rule_router("Ben: We're driving up to Inverness next Saturday for my cousin's wedding.") == ["EM"]
     assert rule_router("Lena: I'm terrified of heights, though.") == ["PM"]
@@ -307,11 +311,7 @@ def test_lm_baseline_asks_the_endpoint_named_in_the_config_and_the_report_names_
             [
                 f"data_dir={tmp_path / 'data'}",
                 f"output_dir={tmp_path / 'out'}",
-                "router=null",
-                "planner=null",
-                "gate=null",
-                "consolidator=null",
-                "segmenter=null",
+                "models={}",
                 "write_cards=false",
                 f"lm_baseline={{base_url: '{fake.url}', model: fake-4o-mini, api_key_env: MEMDISTILL_TEST_LM_KEY, "
                 "name: 'Fake 4o-mini, loopback'}",

@@ -111,10 +111,10 @@ def _label_file(tmp: Path, cfg, fake) -> Path:
 
     async def go():
         async with Teacher(settings, tmp / "label-cache") as t:
-            await label.run_job(items, t, tmp / "labels" / "extraction", progress=False)
+            await label.run_job(items, t, tmp / "labels" / "extractor", progress=False)
 
     asyncio.run(go())
-    return tmp / "labels" / "extraction" / "labels.jsonl"
+    return tmp / "labels" / "extractor" / "labels.jsonl"
 
 
 def _student_answers(monkeypatch, edit=None):

@@ -127,11 +127,7 @@ def test_encoder_eval_lm_baseline_on_the_chosen_serving_config(launches, tmp_pat
         (tmp_path / task / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = EncoderEvalConfig(
         data_dir=str(tmp_path),
-        router=None,
-        planner=None,
-        gate=None,
-        consolidator=None,
-        segmenter=None,
+        models={},
         lm="nowhere",
         fallback_lm="Qwen/Qwen3-4B",
         serve_config="configs/serving/gpu.yaml",
@@ -209,7 +205,7 @@ DIMMEM_RECIPE = {
 }
 # What the paper leaves open: the project's values, each marked as its choice in the YAML.
 PROJECT_CHOICES = {
-    "tasks": ["extraction", "query_parse"],
+    "tasks": ["extractor", "query_parser"],
     "lora_dropout": 0.05,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "warmup_steps": 0.03,

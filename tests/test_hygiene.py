@@ -38,7 +38,7 @@ sources:
   - {format: locomo, path: data/raw/locomo10.json, name: locomo}
   - {format: longmemeval, path: data/raw/longmemeval_s.json, name: longmemeval}
   - {format: seed, path: data/seed/conversations.jsonl, name: seed}
-jobs: [extraction, query_parse, memory_type, recall_plan, recall_gate, consolidation]
+jobs: [extractor, query_parser, router, planner, gate, consolidator]
 windows:
   multi-party: [[25, 5]]
   user-assistant: [[15, 3]]
@@ -47,7 +47,7 @@ type_mode: binary
 gate_candidates: 20
 gate_min_candidates: 5
 pair_cascade: {jaccard_min: 0.0, cosine_min: 0.5, keywords_then_cosine: false}
-max_items: {memory_type: 20000}
+max_items: {router: 20000}
 include_seed: true
 dev_fraction: 0.05
 near_dup_threshold: 0.9
@@ -204,7 +204,7 @@ def test_the_override_is_written_into_the_dataset_card_and_the_model_cards(tmp_p
             cache_dir=str(tmp_path / "cache"),
             seed_dir=str(REPO / "data/seed"),
             progress=False,
-            jobs=["extraction"],
+            jobs=["extractor"],
             tasks=["extractor"],
             allow_eval_overlap=reason,
             sources=[{"format": "locomo", "path": str(FIXTURES / "locomo_sample.json"), "name": "locomo"}],

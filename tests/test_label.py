@@ -81,7 +81,7 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         for i, f in enumerate(["429", "500", "hang", "drop", "bad_body", "503"]):
             fake.add_fault(f, index=3 * i)
         plan = _plan_faults(fake, cfg)
-        q_item = next(it for it in label.question_items("query_parse", label.load_sources(cfg.sources)))
+        q_item = next(it for it in label.question_items("query_parser", label.load_sources(cfg.sources)))
         fake.add_fault(
             "400",
             content=query_parse.chat_messages(q_item.input["question"], q_item.input["question_date"], "teacher"),
@@ -99,25 +99,25 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
             assert lab[job]["unaccounted"] == 0 and lab[job]["ok"] + lab[job]["rejected"] == lab[job]["items"]
             assert all(r["reasons"] for r in rows if r["status"] == "rejected")
         items = label.extraction_items(label.load_sources(cfg.sources), cfg.windows)
-        ext = {r["item_id"]: r for r in _labels(out, "extraction")}
+        ext = {r["item_id"]: r for r in _labels(out, "extractor")}
         assert set(ext) == {it.item_id for it in items}
         ids = sorted(plan)
         assert ext[ids[0]]["reasons"] == ["invalid_json"]
         assert {"truncated_output", "teacher_max_tokens"} <= set(ext[ids[1]]["reasons"])
         assert ext[ids[2]]["reasons"] == ["transport_http_500"]
         assert ext[ids[3]]["status"] == ext[ids[4]]["status"] == "ok"  # a drop and a hang, then an answer
-        assert {r["item_id"]: r["reasons"] for r in _labels(out, "query_parse") if r["status"] == "rejected"} == {
+        assert {r["item_id"]: r["reasons"] for r in _labels(out, "query_parser") if r["status"] == "rejected"} == {
             q_item.item_id: ["transport_http_400"]
         }
-        rejects = [json.loads(x) for x in (out / "labels/extraction/rejects.jsonl").read_text().splitlines()]
+        rejects = [json.loads(x) for x in (out / "labels/extractor/rejects.jsonl").read_text().splitlines()]
         assert {r["item_id"] for r in rejects if r["level"] == "item"} == set(ids[:3])
-        retried = lab["extraction"]["this_run"]["retry_codes"]
+        retried = lab["extractor"]["this_run"]["retry_codes"]
         assert {"http_429", "http_500", "timeout", "connection", "bad_response", "http_503"} <= {
             c for j in lab.values() for c in j["this_run"]["retry_codes"]
         }, retried
 
         # labels are what the fake teacher answered, combined per label for the binary type job
-        for r in _labels(out, "memory_type"):
+        for r in _labels(out, "router"):
             assert r["label"]["labels"] == [
                 x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))
             ]
@@ -128,7 +128,7 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
                 mems.setdefault((r["source"], r["conversation_id"]), set()).update(
                     m["content"] for m in r["label"]["records"]
                 )
-        gates = _labels(out, "recall_gate")
+        gates = _labels(out, "gate")
         for g in gates:
             assert set(g["input"]["candidates"]) <= mems[(g["source"], g["conversation_id"])]
             assert len(g["input"]["candidates"]) <= cfg.gate_candidates
@@ -138,7 +138,7 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         from memdistill.data.fake_teacher import answer
         from memdistill.spec import consolidation
 
-        pairs = _labels(out, "consolidation")
+        pairs = _labels(out, "consolidator")
         for p in pairs:
             new, old = (consolidation.StoredRecord.from_json(p["input"][k]) for k in ("new", "existing"))
             assert {new.content, old.content} <= mems[(p["source"], p["conversation_id"])]
@@ -152,21 +152,21 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         # topic decisions and hypothetical memories: what the fake teacher answered, built into their sets
         from memdistill.spec import query_type, topic_segment
 
-        segs = _labels(out, "topic_segment")
+        segs = _labels(out, "segmenter")
         assert len(segs) == len(label.segment_items(label.load_sources(cfg.sources)))
         for s in segs:
             if s["status"] == "ok":
                 i = s["input"]
                 asked = topic_segment.chat_messages(i["before"], i["target"], i["after"], "teacher")
                 assert s["label"]["intent"] == json.loads(answer(asked))["intent"]
-        hyps = [h for h in _labels(out, "query_type") if h["status"] == "ok"]
+        hyps = [h for h in _labels(out, "querytyper") if h["status"] == "ok"]
         assert hyps and all(len(h["label"]["memories"]) == query_type.K for h in hyps)
         for task in ("segmenter", "querytyper"):
             built = [json.loads(x) for x in (out / task / "train.jsonl").read_text().splitlines()]
             assert {r["label_source"] for r in built} == {"gold", "teacher"}, task
         summary = json.loads((out / "labels/run_summary.json").read_text())
-        assert summary["jobs"]["extraction"]["this_run"]["prompt_tokens"] > 0
-        assert summary["jobs"]["extraction"]["this_run"]["cost_usd"] > 0
+        assert summary["jobs"]["extractor"]["this_run"]["prompt_tokens"] > 0
+        assert summary["jobs"]["extractor"]["this_run"]["cost_usd"] > 0
 
         # a rerun makes no request and writes the same dataset
         before = _built(out)
@@ -185,10 +185,10 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         msgs = _extraction_messages(cfg)
         assert content_hash(msgs[ids[2]]) in asked and content_hash(msgs[ids[0]]) not in asked
         now = {
-            r["item_id"]: r for job in ("extraction", "query_parse") for r in _labels(out, job)
+            r["item_id"]: r for job in ("extractor", "query_parser") for r in _labels(out, job)
         }  # the newer line wins
         assert all(now[i]["status"] == "ok" for i in failed)
-        rejects = [json.loads(x) for x in (out / "labels/extraction/rejects.jsonl").read_text().splitlines()]
+        rejects = [json.loads(x) for x in (out / "labels/extractor/rejects.jsonl").read_text().splitlines()]
         assert {r["item_id"] for r in rejects if r["level"] == "item"} == set(ids[:2])
         sent = fake.requests
         build(_cfg(tmp_path, fake.url, retry_transport=True))
@@ -267,18 +267,18 @@ def test_torn_last_line_is_cut_and_relabelled(tmp_path, monkeypatch):
         cfg = _cfg(
             tmp_path,
             fake.url,
-            jobs=["extraction"],
+            jobs=["extractor"],
             tasks=["extractor"],
             sources=[{"format": "chat-jsonl", "path": str(FIXTURES / "chat_sample.jsonl"), "name": "chat"}],
         )
         build(cfg)
-        p = Path(cfg.output_dir) / "labels/extraction/labels.jsonl"
+        p = Path(cfg.output_dir) / "labels/extractor/labels.jsonl"
         lines = p.read_bytes().splitlines(keepends=True)
         p.write_bytes(b"".join(lines[:-1]) + lines[-1][:25])  # a kill in the middle of the last write
         n = fake.requests
         build(cfg)
         assert fake.requests == n  # the reply is in the cache: relabelled for free
-        rows = _labels(Path(cfg.output_dir), "extraction")
+        rows = _labels(Path(cfg.output_dir), "extractor")
         assert [r["key"] for r in rows] == [json.loads(x)["key"] for x in lines] and rows[-1]["cached"]
 
 
@@ -335,7 +335,7 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
         cfg = _cfg(
             tmp_path,
             fake.url,
-            jobs=["extraction", "memory_type"],
+            jobs=["extractor", "router"],
             tasks=["extractor", "router"],
             dev_fraction=0.0,
             windows={"multi-party": [[6, 1]], "user-assistant": [[4, 1]]},
@@ -370,7 +370,7 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
             ds = datasets.load_dataset("json", data_files=str(out / task / f"{split}.jsonl"), split="train")
             assert len(ds) == stats["tasks"][task][split]["rows"] > 0
     ext = [json.loads(x) for x in (out / "extractor/train.jsonl").read_text().splitlines()]
-    row = next(r for r in ext if r["label_source"] == "teacher" and r["task"] == "extraction")
+    row = next(r for r in ext if r["label_source"] == "teacher" and r["task"] == "extractor")
     assert (
         row["chat_template_kwargs"] == {"enable_thinking": False}
         and row["prompt"][0]["content"] == extraction.STUDENT_SYSTEM
@@ -390,9 +390,9 @@ def test_single_prompt_type_mode_makes_one_request_per_snippet(tmp_path, monkeyp
     counts = {}
     for mode in ("single", "binary"):
         with FakeOpenAI(api_key=KEY) as fake:
-            cfg = _cfg(tmp_path / mode, fake.url, jobs=["memory_type"], tasks=["router"], type_mode=mode, sources=src)
+            cfg = _cfg(tmp_path / mode, fake.url, jobs=["router"], tasks=["router"], type_mode=mode, sources=src)
             build(cfg)
-            rows = _labels(Path(cfg.output_dir), "memory_type")
+            rows = _labels(Path(cfg.output_dir), "router")
             counts[mode] = (fake.requests, len(rows))
             for r in rows:
                 assert r["label"]["labels"] == [
@@ -412,7 +412,7 @@ def test_gate_without_enough_memories_is_rejected_without_a_request(tmp_path, mo
             sources=[{"format": "locomo", "path": str(FIXTURES / "locomo_sample.json"), "name": "locomo"}],
         )
         build(cfg)
-        gates = _labels(Path(cfg.output_dir), "recall_gate")
+        gates = _labels(Path(cfg.output_dir), "gate")
         assert gates and all(g["reasons"] == ["too_few_candidates"] for g in gates)
         # .get: once in CI a POST without messages reached this fake server (another test's stray request on a
         # reused port); what matters here is that no gate prompt was sent
@@ -422,8 +422,8 @@ def test_gate_without_enough_memories_is_rejected_without_a_request(tmp_path, mo
 
 def test_config_errors(tmp_path):
     with FakeOpenAI() as fake:
-        with pytest.raises(Exception, match="recall_gate needs extraction"):
-            build(_cfg(tmp_path, fake.url, jobs=["recall_gate"]))
+        with pytest.raises(Exception, match="gate needs extractor"):
+            build(_cfg(tmp_path, fake.url, jobs=["gate"]))
         with pytest.raises(Exception, match=r"sources\[0\]: unknown key\(s\) \['paht'\]"):
             build(_cfg(tmp_path, fake.url, sources=[{"format": "seed", "path": "x", "paht": "y"}]))
 
@@ -454,7 +454,7 @@ def test_hf_loader_malformed(tmp_path):
 
 def test_a_teacher_that_never_answers_stops_the_command_with_exit_1(tmp_path, monkeypatch, capsys):
     """The fake-teacher config pointed at a port where nothing listens: before issue 15 this wrote gold-only
-    training sets and exited 0 ("labels extraction: 0 ok, 1178 rejected of 1178")."""
+    training sets and exited 0 ("labels extractor: 0 ok, 1178 rejected of 1178")."""
     import socket
 
     from memdistill.cli import main
@@ -469,10 +469,10 @@ def test_a_teacher_that_never_answers_stops_the_command_with_exit_1(tmp_path, mo
     err = capsys.readouterr().err
     n_items = len(_extraction_messages(load_config(DataConfig, p)))
     assert (
-        f"teacher job extraction: 0 of {n_items} items labelled ok (0%), below min_ok_share 0.5; endpoint {url}" in err
+        f"teacher job extractor: 0 of {n_items} items labelled ok (0%), below min_ok_share 0.5; endpoint {url}" in err
     )
     assert "requests whose retries ran out: transport_connection " in err and "Connect" in err
-    rows = _labels(tmp_path / "out", "extraction")
+    rows = _labels(tmp_path / "out", "extractor")
     # requests in flight when the 16th failure came back still finish: at most `concurrency - 1` more
     assert label.NO_ANSWER_STOP <= len(rows) < label.NO_ANSWER_STOP + 8 < n_items
     assert f"stopped after the first {len(rows)} items of this run got no answer" in err
@@ -487,7 +487,7 @@ def test_a_job_below_min_ok_share_stops_keeps_its_labels_and_a_rerun_asks_only_f
         {"format": "seed", "path": str(REPO / "data/seed/conversations.jsonl"), "name": "seed", "max_conversations": 3}
     ]
     with FakeOpenAI(api_key=KEY) as fake:
-        cfg = _cfg(tmp_path, fake.url, jobs=["extraction"], tasks=["extractor"], sources=src)
+        cfg = _cfg(tmp_path, fake.url, jobs=["extractor"], tasks=["extractor"], sources=src)
         msgs = _extraction_messages(cfg)
         # two items in three fail on every retry (33% ok < 0.5), spread out so answers keep coming: not a dead endpoint
         failing = [i for k, i in enumerate(sorted(msgs)) if k % 3]
@@ -496,11 +496,11 @@ def test_a_job_below_min_ok_share_stops_keeps_its_labels_and_a_rerun_asks_only_f
         with pytest.raises(label.TeacherShortfall) as e:
             build(cfg)
         ok = len(msgs) - len(failing)
-        assert f"teacher job extraction: {ok} of {len(msgs)} items labelled ok" in str(e.value)
+        assert f"teacher job extractor: {ok} of {len(msgs)} items labelled ok" in str(e.value)
         assert f"endpoint {fake.url}" in str(e.value)
         assert f"transport_http_500 {len(failing)}" in str(e.value)
         out = Path(cfg.output_dir)
-        rows = {r["item_id"]: r for r in _labels(out, "extraction")}
+        rows = {r["item_id"]: r for r in _labels(out, "extractor")}
         assert {i for i, r in rows.items() if r["status"] == "ok"} == set(msgs) - set(failing)  # the labels it got
         assert not (out / "extractor").exists()
 
@@ -514,9 +514,9 @@ def test_a_job_below_min_ok_share_stops_keeps_its_labels_and_a_rerun_asks_only_f
         # on a loaded machine may be asked twice: the set is the claim)
         fake.clear_faults()
         stats = build(
-            _cfg(tmp_path, fake.url, jobs=["extraction"], tasks=["extractor"], sources=src, retry_transport=True)
+            _cfg(tmp_path, fake.url, jobs=["extractor"], tasks=["extractor"], sources=src, retry_transport=True)
         )
         asked = [e["hash"] for e in fake.log[sent:]]
         assert set(asked) == {content_hash(msgs[i]) for i in failing}
-    assert stats["labelling"]["jobs"]["extraction"]["ok"] == len(msgs)
+    assert stats["labelling"]["jobs"]["extractor"]["ok"] == len(msgs)
     assert (out / "extractor" / "train.jsonl").exists()

@@ -183,7 +183,7 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
     )
     out = extractor_eval.run(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
-    ext = metrics["results"]["base"]["extraction"]
+    ext = metrics["results"]["base"]["extractor"]
     assert (metrics["windows"], metrics["questions"]) == (2, 1) and ext["windows"] == 2
     assert ext["output_tokens_per_window"] <= 12 and ext["prompt_tokens_per_window"] > 100
     assert (out / "report.md").read_text().count("| memory_f1 |") == 1 and (out / "extraction.png").stat().st_size
@@ -201,11 +201,11 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
     )
     again = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
     assert calls == [1]
-    assert again["results"]["base"]["extraction"] == ext
+    assert again["results"]["base"]["extractor"] == ext
 
     monkeypatch.setattr(generate.HFGenerator, "__init__", lambda *a, **k: pytest.fail("generated again"))
     third = json.loads((extractor_eval.run(cfg) / "metrics.json").read_text())
-    assert third["results"]["base"]["extraction"] == ext
+    assert third["results"]["base"]["extractor"] == ext
 
 
 def test_parser_repairs_and_token_cap_are_counted_over_records_written():

@@ -129,7 +129,8 @@ def tiny_typing_models(tmp_path_factory):
 
 
 def test_query_typer_learns_the_router_vote(tiny_typing_models):
-    from memdistill.train.encoder import Encoder, read_rows
+    from memdistill.core.encoder import Encoder
+    from memdistill.train.encoder import read_rows
 
     router, typer, summary = tiny_typing_models
     enc = Encoder(str(typer))
@@ -149,7 +150,8 @@ def test_query_typer_learns_the_router_vote(tiny_typing_models):
 def test_gpu_recipe_trains_the_query_typer_on_a_tiny_roberta(tiny_typing_models, tiny_roberta_dir, tmp_path):
     from memdistill.core.config import load_config
     from memdistill.core.models import REPO
-    from memdistill.train.encoder import Encoder, EncoderConfig
+    from memdistill.core.encoder import Encoder
+    from memdistill.train.encoder import EncoderConfig
 
     gpu = load_config(EncoderConfig, REPO / "configs/training/querytyper_roberta_base.yaml")
     assert gpu.task == "querytyper" and gpu.label_router == "runs/router-roberta-base/model"
@@ -166,7 +168,7 @@ def test_query_typer_rows_without_a_router_are_a_clear_error(tmp_path):
 
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in encoder_rows("querytyper", 3)))
-    with pytest.raises(ValueError, match="rows.jsonl: query-typer rows are labelled by a type router's vote"):
+    with pytest.raises(ValueError, match="rows.jsonl: querytyper rows are labelled by a router's vote"):
         read_rows(str(path), "querytyper")
     with pytest.raises(FileNotFoundError, match="label_router .*run `make train-router`"):
         read_rows(str(path), "querytyper", label_router=str(tmp_path / "nothing"))

@@ -204,7 +204,7 @@ def test_extraction_rows_are_rendered_with_the_configured_student_prompt(tmp_pat
     out = tmp_path / "built"
     build(DataConfig(output_dir=str(out), tasks=["extractor"], student_prompt="student-short"))
     rows = [json.loads(x) for x in (out / "extractor" / "train.jsonl").read_text().splitlines()]
-    ext = [r for r in rows if r["task"] == "extraction"]
+    ext = [r for r in rows if r["task"] == "extractor"]
     assert len(ext) > 50
     assert {r["student_prompt"] for r in ext} == {"student-short"}
     assert {r["prompt"][0]["content"] for r in ext} == {extraction.STUDENT_PROMPTS["student-short"]}

@@ -106,7 +106,7 @@ def test_gold_boundaries_round_trip_through_rows_and_windows():
     from memdistill.spec.dialogue import windows
 
     seed = seedlib.load()
-    rows = build.segmenter_rows(seed, "test")
+    rows = build.gold_rows(seed, "segmenter", "test")
     gold = seed.rows("segments", "test")
     assert len(gold) == sum(len(c.sessions) for cid, c in seed.conversations.items() if seed.split[cid] == "test")
     for g in gold:
@@ -142,7 +142,7 @@ def test_segmenter_scores_pool_sessions_and_sit_beside_never_and_always_cut():
 
 
 def test_the_rule_baseline_cuts_on_a_cue_or_on_no_shared_content_word():
-    from memdistill.eval.encoders import rule_segmenter
+    from memdistill.spec.topic_segment import rule_change as rule_segmenter
 
     before = ["Maya: The marathon training is brutal this month", "Tom: How many miles are you running weekly?"]
     assert rule_segmenter({"before": before, "target": "Maya: About forty miles, mostly marathon pace runs"}) is False
@@ -161,7 +161,7 @@ def test_the_second_labelling_covers_whole_conversations_and_scores_as_one_more_
     rep = seedlib.Report()
     seedlib._check_whole_conversations(seed, [{"conversation_id": "mp01", "session_id": "S1"}], "second.jsonl", rep)
     assert rep.errors == ["second.jsonl: mp01 has no row for session(s) S2, S3, S4"]
-    rows = build.segmenter_rows(seed, "test")
+    rows = build.gold_rows(seed, "segmenter", "test")
     gold = seed.rows("segments", "test")
     (tmp_path / "same.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gold))
     flags, _ = second_annotator_predictions(str(tmp_path / "same.jsonl"), rows)
@@ -177,4 +177,4 @@ def test_the_shipped_second_labelling_is_blind_to_training_and_covers_the_test_s
     seed = seedlib.load()
     second = {(r["conversation_id"], r["session_id"]) for r in seed.segments_second}
     assert {seed.split[c] for c, _ in second} <= {"dev", "test"}  # agreement only: never a training row
-    assert {(r["conversation_id"], r["session_id"]) for r in build.segmenter_rows(seed, "test")} <= second
+    assert {(r["conversation_id"], r["session_id"]) for r in build.gold_rows(seed, "segmenter", "test")} <= second

@@ -137,15 +137,15 @@ def test_a_data_build_writes_the_dialogues_then_labels_them_as_a_source(tmp_path
             seed_dir=str(REPO / "data/seed"),
             eval_configs=str(REPO / "configs/eval"),
             sources=[_spec(2)],
-            jobs=["extraction", "query_parse", "recall_plan"],
+            jobs=["extractor", "query_parser", "planner"],
         )
         d["teacher"].update(base_urls=[fake.url], api_key_env=None)
         (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(d))
         results, summary = label.run(load_config(DataConfig, tmp_path / "cfg.yaml"))
     assert summary["sources"] == {"personas": 2} and summary["synthesis"]["personas"]["ok"] == 2
-    ext = [r for r in results["extraction"].values() if r["status"] == "ok" and r["label"]["records"]]
-    assert ext and all(r["source"] == "personas" for r in results["extraction"].values())
-    assert len(results["query_parse"]) == 6 and all(r["status"] == "ok" for r in results["recall_plan"].values())
+    ext = [r for r in results["extractor"].values() if r["status"] == "ok" and r["label"]["records"]]
+    assert ext and all(r["source"] == "personas" for r in results["extractor"].values())
+    assert len(results["query_parser"]) == 6 and all(r["status"] == "ok" for r in results["planner"].values())
 
 
 def test_the_fake_answer_fits_the_schema_and_the_parser_accepts_it():

@@ -85,7 +85,7 @@ def _rows(prompt: str = "student"):
             sft_row(
                 extraction.chat_messages(w, prompt),
                 extraction.render_completion([rec]),
-                task="extraction",
+                task="extractor",
                 schema_version=SCHEMA_VERSION,
                 conversation_id=conv.conversation_id,
                 window=[8, 2],
@@ -103,7 +103,7 @@ def _rows(prompt: str = "student"):
         sft_row(
             query_parse.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
             query_parse.render_completion(qa),
-            task="query_parse",
+            task="query_parser",
             schema_version=SCHEMA_VERSION,
             conversation_id=conv.conversation_id,
         )
@@ -615,3 +615,23 @@ def test_killed_run_resumes_from_its_checkpoint(tiny_qwen3_dir, train_file, tmp_
     state = json.loads((out / "checkpoint-40" / "trainer_state.json").read_text())
     steps_logged = [h["step"] for h in state["log_history"] if "loss" in h]
     assert steps_logged == list(range(1, 41))  # history continues from the checkpoint, no gap, no repeat
+
+
+def test_trl_pin_covers_the_private_name_the_cpu_speed_up_patches(monkeypatch):
+    """TRL is pinned to the minor release whose private `_use_triton` the extractor patches; the installed TRL
+    satisfies the pin and still has the name, and without it the patch refuses with a clear error."""
+    import importlib.metadata as md
+    import tomllib
+
+    import trl.trainer.utils as trl_utils
+    from packaging.requirements import Requirement
+
+    from memdistill.train.extractor import score_completion_positions_only
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pin = next(Requirement(d) for d in deps if Requirement(d).name == "trl")
+    assert pin.specifier and not pin.specifier.contains("1.17.0") and pin.specifier.contains(md.version("trl"))
+    assert callable(trl_utils._use_triton)
+    monkeypatch.delattr(trl_utils, "_use_triton")
+    with pytest.raises(RuntimeError, match="no private `_use_triton`"):
+        score_completion_positions_only()

@@ -45,207 +45,109 @@ import re
 import sys
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
-from memdistill.spec import (
-    SCHEMA_VERSION,
-    TASKS,
-    consolidation,
-    extraction,
-    memory_type,
-    query_parse,
-    query_type,
-    recall_gate,
-    recall_plan,
-    topic_segment,
-)
-from memdistill.spec.dialogue import WINDOW_PRESETS, Window, message_text, windows
-from memdistill.spec.render import sft_row
+from memdistill.data.config import DataConfig
+from memdistill.spec import MODELS, SCHEMA_VERSION, TRAINING_SETS, consolidation, extraction, memory_type, topic_segment
+from memdistill.spec import model as spec_model
+from memdistill.spec.compact import CompactModel
+from memdistill.spec.dialogue import Window, message_text, windows
 
 SPLITS = seedlib.SPLITS
-
-
-@dataclass
-class DataConfig:
-    output_dir: str = "data/built"
-    seed_dir: str = "data/seed"
-    # Window settings per conversation style; each (W, O) pair yields one pass over every conversation,
-    # so several pairs multiply extraction rows (the first pair is also the evaluation setting).
-    windows: dict = field(default_factory=lambda: {k: [list(v)] for k, v in WINDOW_PRESETS.items()})
-    tasks: list = field(
-        default_factory=lambda: ["extractor", "router", "planner", "gate", "consolidator", "segmenter", "querytyper"]
-    )
-    # Extra (W, O) pairs applied to train conversations only (augmentation).
-    train_extra_windows: list = field(default_factory=list)
-    # Extraction completions as the student writes them: compact records (no source_speaker, no empty
-    # dimension; `extraction.parse` restores both) or, false, the full DimMem record (the schema-1.0 format).
-    compact_completions: bool = True
-    # The extraction student prompt rows are rendered with (a name in `extraction.STUDENT_PROMPTS`); rows
-    # carry it and training writes it into the model's metadata, so serving and eval send the same one.
-    student_prompt: str = "student"
-    # Share of the gold train split's extraction windows with no record that are kept (chosen by hash):
-    # they teach the model to answer an empty list, but each costs a whole prompt for a 6-token answer.
-    keep_empty_windows: float = 1.0
-    # Consolidator: KEEPBOTH rows for the cascade's pairs that no gold pair names, this many per gold pair of
-    # the split (train and dev; the test split stays the gold pairs). The runtime asks the consolidator
-    # about every pair the cascade (pair_cascade) lets through, most of them unrelated records, while the
-    # gold pairs are hand-picked changes, restatements and hard negatives; without these rows the model
-    # never sees the pairs it is asked about most. 0 turns them off (configs/data/seed.yaml says why it is off).
-    consolidator_negatives: float = 0.0
-    # --- teacher labelling (memdistill.data.label); with teacher null the gold corpus alone is used ---
-    teacher: dict | None = (
-        None  # memdistill.data.teacher.TeacherSettings as a mapping (base_urls, model, api_key_env, ...)
-    )
-    sources: list = field(default_factory=list)  # [{format, path, name?, style?, max_conversations?}]
-    jobs: list = field(default_factory=lambda: list(TASKS))
-    label_dir: str | None = None  # labels.jsonl / rejects.jsonl per job; default <output_dir>/labels
-    cache_dir: str = ".cache/teacher"  # teacher replies (sqlite), shared by every run against the same teacher
-    type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
-    gate_candidates: int = 20  # BM25 top-N memories per gate question
-    gate_min_candidates: int = 5
-    # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidation.candidates)
-    # (also the cascade whose unlabelled pairs become the consolidator's KEEPBOTH rows offline)
-    pair_cascade: dict = field(default_factory=lambda: dict(consolidation.WIDE))
-    retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
-    # a job with fewer ok labels than this share of its items stops the build (exit 1; a rerun resumes)
-    min_ok_share: float = 0.5
-    # where the eval configs live whose data a teacher build may not train on (memdistill.data.hygiene)
-    eval_configs: str = "configs/eval"
-    # a sentence saying why this build may overlap an evaluated set anyway; written into every card
-    allow_eval_overlap: str | None = None
-    max_items: dict = field(default_factory=dict)  # job -> at most this many items (chosen by hash, spread out)
-    include_seed: bool = True  # add the gold corpus's train/dev rows to the teacher rows
-    dev_fraction: float = 0.05
-    near_dup_threshold: float = 0.9
-    test_overlap_threshold: float = 0.8
-    progress: bool = True
 
 
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-def extractor_rows(
-    seed: seedlib.Seed,
-    split: str,
-    window_pairs: dict,
-    extra_pairs=(),
-    compact: bool = True,
-    keep_empty: float = 1.0,
-    prompt: str = "student",
-) -> list[dict]:
-    rows, seen = [], set()
+# --- labelled items, gold or teacher, and the rows the spec makes of them ------------------------------
+
+
+def gold_units(unit: str, seed: seedlib.Seed, split: str, cfg: DataConfig):
+    """(item input, gold corpus row, row metadata) for every labelled item of `unit` in the split: the same
+    inputs a teacher job sends (memdistill.data.label), so one spec row builder serves both paths."""
+    yield from _GOLD_UNITS[unit](seed, split, cfg)
+
+
+def _gold_windows(seed: seedlib.Seed, split: str, cfg: DataConfig):
+    """Every window of every setting (train: the extra settings too); a window identical to one already
+    given (short conversations) once; an empty train window kept for the `keep_empty_windows` share."""
+    keep_empty = cfg.keep_empty_windows if split == "train" else 1.0
     for cid, conv in seed.conversations.items():
         if seed.split[cid] != split:
             continue
-        pairs = [tuple(p) for p in window_pairs[conv.style]] + [tuple(p) for p in extra_pairs]
+        extra = cfg.train_extra_windows if split == "train" else ()
+        pairs = [tuple(p) for p in cfg.windows[conv.style]] + [tuple(p) for p in extra]
+        seen = set()
         for size, overlap in dict.fromkeys(pairs):
             for w in windows(conv, size, overlap):
-                msgs = extraction.chat_messages(w, prompt)
-                key = _hash(msgs)
-                if key in seen:  # identical windows from two settings (short conversations)
+                key = _hash(extraction.chat_messages(w, cfg.student_prompt))
+                if key in seen:
                     continue
                 seen.add(key)
                 recs = seed.gold_records(w)
                 if not recs and int(key, 16) / 16 ** len(key) >= keep_empty:
                     continue
-                rows.append(
-                    sft_row(
-                        msgs,
-                        extraction.render_completion(recs, compact),
-                        task="extraction",
-                        source="seed",
-                        conversation_id=cid,
-                        window_index=w.window_index,
-                        window=[size, overlap],
-                        style=conv.style,
-                        n_records=len(recs),
-                        student_prompt=prompt,
-                        schema_version=SCHEMA_VERSION,
-                        row_id=key,
-                    )
-                )
+                inp = {"window": w.to_json(), "style": conv.style, "window_setting": [size, overlap]}
+                yield inp, {"records": [r.model_dump(exclude_none=True) for r in recs]}, {"conversation_id": cid}
+
+
+def _gold_questions(seed: seedlib.Seed, split: str, cfg: DataConfig):
     for q in seed.rows("questions", split):
-        msgs = query_parse.chat_messages(q["question"], q["question_date"], "student")
-        qa = query_parse.QueryAnalysis.model_validate(q["query"])
-        rows.append(
-            sft_row(
-                msgs,
-                query_parse.render_completion(qa),
-                task="query_parse",
-                source="seed",
-                conversation_id=q["conversation_id"],
-                question_id=q["question_id"],
-                schema_version=SCHEMA_VERSION,
-                row_id=_hash(msgs),
-            )
-        )
-    return rows
+        conv = seed.conversations[q["conversation_id"]]
+        inp = {k: q[k] for k in ("question_id", "question", "question_date")} | {"names": list(conv.speakers)}
+        evidence = [conv.turn(e) for e in q["evidence"]]
+        gold = q | {"evidence_texts": [f"{t.speaker}: {message_text(t)}" for t in evidence]}
+        yield inp, gold, {"question_id": q["question_id"], "conversation_id": q["conversation_id"]}
 
 
-def router_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    out, seen = [], set()
+def _gold_snippets(seed: seedlib.Seed, split: str, cfg: DataConfig):
+    seen = set()
     for s in seed.rows("types", split):
-        text = memory_type.encoder_text(s["text"])
-        if text.lower() in seen:
-            continue
-        seen.add(text.lower())
-        out.append(
-            {
-                "text": text,
-                "labels": [lab for lab in memory_type.LABELS if lab in s["labels"]],
-                "label_vector": memory_type.to_vector(s["labels"]),
-                "snippet_id": s["snippet_id"],
-                "conversation_id": s.get("conversation_id"),
-                "schema_version": SCHEMA_VERSION,
-            }
-        )
-    return out
+        key = memory_type.encoder_text(s["text"]).lower()
+        if key not in seen:  # the same snippet text twice would be one example counted twice
+            seen.add(key)
+            yield {"text": s["text"]}, s, {"snippet_id": s["snippet_id"], "conversation_id": s.get("conversation_id")}
 
 
-def planner_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    return [
-        {
-            "text": " ".join(q["question"].split()),
-            "label": q["plan"]["complexity"],
-            "label_id": recall_plan.COMPLEXITIES.index(q["plan"]["complexity"]),
-            "keywords": q["plan"]["keywords"],
-            "question_id": q["question_id"],
-            "conversation_id": q["conversation_id"],
-            "schema_version": SCHEMA_VERSION,
-        }
-        for q in seed.rows("questions", split)
-    ]
-
-
-def gate_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    out = []
+def _gold_gate(seed: seedlib.Seed, split: str, cfg: DataConfig):
     for g in seed.rows("gate", split):
-        kept = set(g["kept_ids"])
-        for c in g["candidates"]:
-            out.append(
-                {
-                    "query": recall_gate.pair_query(g["question"], g["complexity"]),
-                    "text": c["content"],
-                    "label": 1.0 if c["id"] in kept else 0.0,
-                    "gate_id": g["gate_id"],
-                    "candidate_id": c["id"],
-                    "complexity": g["complexity"],
-                    "conversation_id": g["conversation_id"],
-                    "schema_version": SCHEMA_VERSION,
-                }
-            )
-    return out
+        inp = {
+            "question": g["question"],
+            "complexity": g["complexity"],
+            "candidates": [c["content"] for c in g["candidates"]],
+        }
+        gold = g | {"kept_ids": [c["id"] for c in g["candidates"] if c["id"] in set(g["kept_ids"])]}
+        yield (
+            inp,
+            gold,
+            {"gate_id": g["gate_id"], "complexity": g["complexity"], "conversation_id": g["conversation_id"]},
+        )
 
 
-def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[dict]:
+def _gold_pairs(seed: seedlib.Seed, split: str, cfg: DataConfig):
+    """The gold pairs of the split, then (train and dev, consolidator_negatives > 0) that many cascade
+    KEEPBOTH pairs per gold pair, chosen by hash."""
+    gold = []
+    for p in seed.rows("pairs", split):
+        new, _ = seed.stored(p["conversation_id"], p["new"])
+        old, _ = seed.stored(p["conversation_id"], p["existing"])
+        meta = {"pair_id": p["pair_id"], "origin": p["origin"], "conversation_id": p["conversation_id"]}
+        gold.append(({"new": new.to_json(), "existing": old.to_json()}, p, meta))
+    yield from gold
+    if cfg.consolidator_negatives > 0 and split != "test":
+        neg = sorted(cascade_negatives(seed, split, cfg.pair_cascade), key=lambda x: _hash(x[2]["pair_id"]))
+        yield from neg[: round(cfg.consolidator_negatives * len(gold))]
+
+
+def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[tuple]:
     """The pairs the runtime's cascade would ask about in the split's conversations and no gold pair names,
-    as KEEPBOTH rows. Records arrive in the order they were said; a gold SUPERSEDE or MERGE takes the old
+    as KEEPBOTH items. Records arrive in the order they were said; a gold SUPERSEDE or MERGE takes the old
     record out of later comparisons, as the runtime does, so a record already replaced is not paired again."""
     from memdistill.core.embedder import Embedder
 
@@ -262,86 +164,59 @@ def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[dic
             for i, _ in picked:
                 old_id, old = current[i]
                 if (old_id, new_id) not in gold:
-                    out.append(_pair_row(new, old, "KEEPBOTH", None, f"{old_id}~{new_id}", "cascade_negative", cid))
+                    inp = {"new": new.to_json(), "existing": old.to_json()}
+                    meta = {"pair_id": f"{old_id}~{new_id}", "origin": "cascade_negative", "conversation_id": cid}
+                    out.append((inp, {"action": "KEEPBOTH", "merged": None}, meta))
             # this gold pair replaced the old record (SUPERSEDE or MERGE): the runtime stops comparing with it
             current = [x for x in current if gold.get((x[0], new_id), "KEEPBOTH") == "KEEPBOTH"] + [(new_id, new)]
     return out
 
 
-def _pair_row(new, old, action: str, merged, pair_id: str, origin: str, cid: str) -> dict:
-    return {
-        "text": consolidation.encoder_text(new, old),
-        "label": action,
-        "label_id": consolidation.ACTIONS.index(action),
-        "merged": merged,
-        "new": new.to_json(),
-        "existing": old.to_json(),
-        "pair_id": pair_id,
-        "origin": origin,
-        "conversation_id": cid,
-        "schema_version": SCHEMA_VERSION,
-    }
-
-
-def consolidator_rows(
-    seed: seedlib.Seed, split: str, cascade: dict | None = None, negatives: float = 0.0
-) -> list[dict]:
-    """The gold pairs of the split, plus (train and dev, negatives > 0) that many cascade KEEPBOTH rows per
-    gold pair, chosen by hash."""
-    out = []
-    for p in seed.rows("pairs", split):
-        new, _ = seed.stored(p["conversation_id"], p["new"])
-        old, _ = seed.stored(p["conversation_id"], p["existing"])
-        out.append(_pair_row(new, old, p["action"], p.get("merged"), p["pair_id"], p["origin"], p["conversation_id"]))
-    if negatives > 0 and cascade is not None and split != "test":
-        neg = sorted(cascade_negatives(seed, split, cascade), key=lambda r: _hash(r["pair_id"]))
-        out += neg[: round(negatives * len(out))]
-    return out
-
-
-def segmenter_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    """One row per decision (every utterance but a session's first) of every labelled session."""
-    out = []
+def _gold_utterances(seed: seedlib.Seed, split: str, cfg: DataConfig):
+    """One item per decision (every utterance but a session's first) of every labelled session."""
     for r in seed.rows("segments", split):
         conv = seed.conversations[r["conversation_id"]]
         turns = next(x for x in conv.sessions if x.session_id == r["session_id"]).turns
         for i, change in zip(topic_segment.decisions(turns), topic_segment.flags(turns, r["change_turn_ids"])):
             before, target, after = topic_segment.context(turns, i)
-            out.append(
-                {
-                    "text": topic_segment.encoder_text(before, target, after),
-                    "before": before,
-                    "target": target,
-                    "after": after,
-                    "label": topic_segment.LABELS[change],
-                    "label_id": int(change),
-                    "turn_id": turns[i].turn_id,
-                    "session_id": r["session_id"],
-                    "conversation_id": r["conversation_id"],
-                    "schema_version": SCHEMA_VERSION,
-                }
-            )
-    return out
+            inp = {"before": before, "target": target, "after": after}
+            meta = {"turn_id": turns[i].turn_id, "session_id": r["session_id"], "conversation_id": r["conversation_id"]}
+            yield inp, {"change": change}, meta
 
 
-def querytyper_rows(seed: seedlib.Seed, split: str) -> list[dict]:
-    """One row per question with its first query_type.K evidence turns, `Speaker: text` as the router reads
-    snippets, as the memories the type router votes over: MemoType's hypothetical memories are one-speaker
-    dialogue records standing in for exactly these (memdistill.spec.query_type). The label is that vote,
-    cast by `memdistill train querytyper` with the router its config names (a trained model, which this
-    stage may not import)."""
+_GOLD_UNITS = {
+    "window": _gold_windows,
+    "question": _gold_questions,
+    "snippet": _gold_snippets,
+    "gate": _gold_gate,
+    "pair": _gold_pairs,
+    "utterance": _gold_utterances,
+}
+
+
+def item_rows(m: CompactModel, inp: dict, label: dict, meta: dict, cfg: DataConfig) -> list[dict]:
+    """The training rows of one labelled item (the spec's builder), with its metadata; LM rows also carry
+    the student prompt they were rendered with and a row id (the hash of the prompt)."""
+    opts = {"prompt": cfg.student_prompt, "compact": cfg.compact_completions} if m.head == "lm" else {}
+    rows = [r | meta | {"schema_version": SCHEMA_VERSION} for r in m.rows(inp, label, **opts)]
+    for r in rows:
+        if "prompt" in r:
+            r["row_id"] = _hash(r["prompt"])
+    return rows
+
+
+def gold_rows(seed: seedlib.Seed, built: str, split: str, cfg: DataConfig | None = None) -> list[dict]:
+    """Every gold row of the split for the training set `built` (what `memdistill data` writes)."""
+    return [r for item in gold_items(cfg or DataConfig(), seed, built, split) for r in item]
+
+
+def gold_items(cfg: DataConfig, seed: seedlib.Seed, built: str, split: str) -> list[list[dict]]:
+    """The rows of every gold item of the split for the training set `built`, one list per item."""
     return [
-        {
-            "text": query_type.encoder_text(q["question"]),
-            "memories": [
-                f"{t.speaker}: {message_text(t)}"
-                for t in (seed.conversations[q["conversation_id"]].turn(e) for e in q["evidence"][: query_type.K])
-            ],
-            "question_id": q["question_id"],
-            "conversation_id": q["conversation_id"],
-            "schema_version": SCHEMA_VERSION,
-        }
-        for q in seed.rows("questions", split)
+        item_rows(m, inp, m.gold_label(gold), {"source": "seed"} | meta, cfg)
+        for m in MODELS.values()
+        if m.built == built
+        for inp, gold, meta in gold_units(m.unit, seed, split, cfg)
     ]
 
 
@@ -355,31 +230,6 @@ def _load_seed(cfg: DataConfig) -> seedlib.Seed:
     return seedlib.load(cfg.seed_dir)
 
 
-def gold_makers(cfg: DataConfig, seed: seedlib.Seed) -> dict:
-    """Training set -> (split -> rows from the gold corpus), for every set in cfg.tasks."""
-    makers = {
-        "extractor": lambda s: extractor_rows(
-            seed,
-            s,
-            cfg.windows,
-            cfg.train_extra_windows if s == "train" else (),
-            cfg.compact_completions,
-            cfg.keep_empty_windows if s == "train" else 1.0,
-            cfg.student_prompt,
-        ),
-        "router": lambda s: router_rows(seed, s),
-        "planner": lambda s: planner_rows(seed, s),
-        "gate": lambda s: gate_rows(seed, s),
-        "consolidator": lambda s: consolidator_rows(seed, s, cfg.pair_cascade, cfg.consolidator_negatives),
-        "segmenter": lambda s: segmenter_rows(seed, s),
-        "querytyper": lambda s: querytyper_rows(seed, s),
-    }
-    unknown = [t for t in cfg.tasks if t not in makers]
-    if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; expected some of {sorted(makers)}")
-    return makers
-
-
 def build(cfg: DataConfig) -> dict:
     if cfg.student_prompt not in extraction.STUDENT_PROMPTS:
         raise ConfigError(
@@ -391,13 +241,13 @@ def build(cfg: DataConfig) -> dict:
     seed = _load_seed(cfg)
     out = Path(cfg.output_dir)
     stats: dict = {"schema_version": SCHEMA_VERSION, "source": f"seed:{cfg.seed_dir}", "tasks": {}}
-    makers = gold_makers(cfg, seed)
+    check_sets(cfg.tasks)
     for task in cfg.tasks:
         tstats = {}
         for split in SPLITS:
-            rows = makers[task](split)
+            rows = gold_rows(seed, task, split, cfg)
             write_jsonl(out / task / f"{split}.jsonl", rows)
-            tstats[split] = _describe(task, rows)
+            tstats[split] = _describe(rows)
         stats["tasks"][task] = tstats
     _check_no_leak(seed, out, cfg.tasks)
     (out / "stats.json").write_text(json.dumps(stats, indent=1))
@@ -405,21 +255,29 @@ def build(cfg: DataConfig) -> dict:
     return stats
 
 
-def _describe(task: str, rows: list[dict]) -> dict:
+def check_sets(sets) -> None:
+    unknown = [t for t in sets if t not in TRAINING_SETS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; expected some of {sorted(TRAINING_SETS)}")
+
+
+def _describe(rows: list[dict]) -> dict:
+    """Counts for the dataset card, read off the rows' fields."""
     d: dict = {"rows": len(rows)}
-    if task == "extractor":
+    first = rows[0] if rows else {}
+    if "prompt" in first:
         d["by_task"] = dict(Counter(r["task"] for r in rows))
         d["records"] = sum(r.get("n_records") or 0 for r in rows)
-        d["empty_windows"] = sum(1 for r in rows if r["task"] == "extraction" and not r["n_records"])
-    elif task == "router":
+        d["empty_windows"] = sum(1 for r in rows if r.get("n_records") == 0)
+    elif "label_vector" in first:
         d["labels"] = dict(Counter(lab for r in rows for lab in (r["labels"] or ["none"])))
-    elif task in ("planner", "consolidator", "segmenter"):
-        d["labels"] = dict(Counter(r["label"] for r in rows))
-    elif task == "querytyper":
-        d["memories"] = sum(len(r["memories"]) for r in rows)
-    elif task == "gate":
+    elif "gate_id" in first:
         d["positives"] = int(sum(r["label"] for r in rows))
         d["examples"] = len({r["gate_id"] for r in rows})
+    elif "memories" in first:
+        d["memories"] = sum(len(r["memories"]) for r in rows)
+    elif "label" in first:
+        d["labels"] = dict(Counter(r["label"] for r in rows))
     return d
 
 
@@ -438,15 +296,6 @@ def _check_no_leak(seed: seedlib.Seed, out: Path, tasks) -> None:
 
 # --- training sets from teacher labels ------------------------------------------------------------
 
-TASK_JOBS = {
-    "extractor": ("extraction", "query_parse"),
-    "router": ("memory_type",),
-    "planner": ("recall_plan",),
-    "gate": ("recall_gate",),
-    "consolidator": ("consolidation",),
-    "segmenter": ("topic_segment",),
-    "querytyper": ("query_type",),  # hypothetical memories; `memdistill train querytyper` casts the router's vote
-}
 _TOKEN = re.compile(r"[a-z0-9]+")
 SHINGLE = 3  # words per shingle
 SKETCH = 64  # bottom-k sketch size: Jaccard is exact below 64 shingles, estimated (sd <= 0.04 at 0.9) above
@@ -528,131 +377,54 @@ def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
     return "dev" if h < dev_fraction else "train"
 
 
-def teacher_example(rec: dict, split: str, compact: bool = True, prompt: str = "student") -> Example:
-    """Rows in the gold build's formats from one accepted label record."""
-    inp, lab, job = rec["input"], rec["label"], rec["job"]
+# what an item's texts are compared with the gold test texts by (test leakage), per unit
+_UNIT_TEXTS = {
+    "window": lambda inp: [t.text for t in Window.from_json(inp["window"]).turns],
+    "question": lambda inp: [inp["question"]],
+    "snippet": lambda inp: [line.split(": ", 1)[-1] for line in memory_type.encoder_text(inp["text"]).splitlines()],
+    "gate": lambda inp: [inp["question"]],
+    "pair": lambda inp: [inp["new"]["content"], inp["existing"]["content"]],
+    "utterance": lambda inp: [inp["target"].split(": ", 1)[-1]],
+}
+# a teacher item's own metadata on its rows, per unit (the gold path's ids for the same fields)
+_UNIT_META = {
+    "window": lambda rec: {},
+    "question": lambda rec: {"question_id": rec["input"]["question_id"]},
+    "snippet": lambda rec: {"snippet_id": rec["item_id"]},
+    "gate": lambda rec: {"gate_id": rec["item_id"], "complexity": rec["input"]["complexity"]},
+    "pair": lambda rec: {"pair_id": rec["item_id"], "origin": "teacher"},
+    "utterance": lambda rec: {k: rec["input"][k] for k in ("turn_id", "session_id")},
+}
+
+
+def compared_text(rows: list[dict]) -> str:
+    """What an example is compared with others by for duplicates: the LM's user message, the gate's question
+    with all its candidates, or the encoder's text."""
+    if "prompt" in rows[0]:
+        return rows[0]["prompt"][1]["content"]
+    if "query" in rows[0]:
+        return "\n".join([rows[0]["query"]] + [r["text"] for r in rows])
+    return rows[0]["text"]
+
+
+def teacher_example(rec: dict, split: str, cfg: DataConfig) -> Example:
+    """Rows from one accepted label record, by the same spec builder as the gold rows."""
+    m = spec_model(rec["job"])
     meta = {
         "source": rec["source"],
         "conversation_id": rec["conversation_id"],
         "label_source": "teacher",
         "teacher": rec["teacher"],
-        "schema_version": SCHEMA_VERSION,
-    }
-    if job == "extraction":
-        w = Window.from_json(inp["window"])
-        recs = [extraction.MemoryRecord.model_validate(r) for r in lab["records"]]
-        msgs = extraction.chat_messages(w, prompt)
-        row = sft_row(
-            msgs,
-            extraction.render_completion(recs, compact),
-            task="extraction",
-            **meta,
-            window_index=w.window_index,
-            window=inp["window_setting"],
-            style=inp["style"],
-            n_records=len(recs),
-            student_prompt=prompt,
-            row_id=_hash(msgs),
-        )
-        return Example([row], msgs[1]["content"], [t.text for t in w.turns], split, False)
-    if job == "query_parse":
-        msgs = query_parse.chat_messages(inp["question"], inp["question_date"], "student")
-        row = sft_row(
-            msgs,
-            query_parse.render_completion(query_parse.QueryAnalysis.model_validate(lab)),
-            task="query_parse",
-            **meta,
-            question_id=inp["question_id"],
-            row_id=_hash(msgs),
-        )
-        return Example([row], msgs[1]["content"], [inp["question"]], split, False)
-    if job == "memory_type":
-        text = memory_type.encoder_text(inp["text"])
-        row = {
-            "text": text,
-            "labels": [lab_ for lab_ in memory_type.LABELS if lab_ in lab["labels"]],
-            "label_vector": memory_type.to_vector(lab["labels"]),
-            "snippet_id": rec["item_id"],
-            **meta,
-        }
-        return Example([row], text, [line.split(": ", 1)[-1] for line in text.splitlines()], split, False)
-    if job == "recall_plan":
-        q = " ".join(inp["question"].split())
-        row = {
-            "text": q,
-            "label": lab["complexity"],
-            "label_id": recall_plan.COMPLEXITIES.index(lab["complexity"]),
-            "keywords": lab["keywords"],
-            "question_id": inp["question_id"],
-            **meta,
-        }
-        return Example([row], q, [q], split, False)
-    if job == "recall_gate":
-        kept, query = set(lab["kept_ids"]), recall_gate.pair_query(inp["question"], inp["complexity"])
-        rows = [
-            {
-                "query": query,
-                "text": c,
-                "label": 1.0 if i in kept else 0.0,
-                "gate_id": rec["item_id"],
-                "candidate_id": i,
-                "complexity": inp["complexity"],
-                **meta,
-            }
-            for i, c in enumerate(inp["candidates"], 1)
-        ]
-        return Example(rows, "\n".join([query] + inp["candidates"]), [inp["question"]], split, False)
-    if job == "consolidation":
-        new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
-        text = consolidation.encoder_text(new, old)
-        row = {
-            "text": text,
-            "label": lab["action"],
-            "label_id": consolidation.ACTIONS.index(lab["action"]),
-            "merged": lab["merged"],
-            "new": inp["new"],
-            "existing": inp["existing"],
-            "pair_id": rec["item_id"],
-            "origin": "teacher",
-            **meta,
-        }
-        return Example([row], text, [new.content, old.content], split, False)
-    if job == "topic_segment":
-        change = lab["intent"] == "CHANGE"
-        text = topic_segment.encoder_text(inp["before"], inp["target"], inp["after"])
-        row = {
-            "text": text,
-            "before": inp["before"],
-            "target": inp["target"],
-            "after": inp["after"],
-            "label": topic_segment.LABELS[change],
-            "label_id": int(change),
-            "turn_id": inp["turn_id"],
-            "session_id": inp["session_id"],
-            **meta,
-        }
-        return Example([row], text, [inp["target"].split(": ", 1)[-1]], split, False)
-    if job == "query_type":
-        q = query_type.encoder_text(inp["question"])
-        row = {"text": q, "memories": lab["memories"], "question_id": inp["question_id"], **meta}
-        return Example([row], q, [inp["question"]], split, False)
-    raise ValueError(f"unknown job {job!r}")
+    } | _UNIT_META[m.unit](rec)
+    rows = item_rows(m, rec["input"], rec["label"], meta, cfg)
+    return Example(rows, compared_text(rows), _UNIT_TEXTS[m.unit](rec["input"]), split, False)
 
 
-def gold_examples(task: str, rows: list[dict], split: str) -> list[Example]:
-    for r in rows:
-        r.setdefault("source", "seed")
-        r["label_source"] = "gold"
-    if task == "gate":
-        by_id: dict[str, list[dict]] = {}
+def gold_examples(items: list[list[dict]], split: str) -> list[Example]:
+    for rows in items:
         for r in rows:
-            by_id.setdefault(r["gate_id"], []).append(r)
-        return [
-            Example(g, "\n".join([g[0]["query"]] + [r["text"] for r in g]), [], split, True) for g in by_id.values()
-        ]
-    return [
-        Example([r], r["prompt"][1]["content"] if task == "extractor" else r["text"], [], split, True) for r in rows
-    ]
+            r["label_source"] = "gold"
+    return [Example(rows, compared_text(rows), [], split, True) for rows in items if rows]
 
 
 def gold_test_texts(seed: seedlib.Seed) -> list[str]:
@@ -711,13 +483,15 @@ def build_from_teacher(cfg: DataConfig) -> dict:
             "dev_fraction": cfg.dev_fraction,
         },
     }
-    gold = gold_makers(cfg, seed)
+    check_sets(cfg.tasks)
     for task in cfg.tasks:
         removed: Counter = Counter()
         examples = (
-            [e for s in ("train", "dev") for e in gold_examples(task, gold[task](s), s)] if cfg.include_seed else []
+            [e for s in ("train", "dev") for e in gold_examples(gold_items(cfg, seed, task, s), s)]
+            if cfg.include_seed
+            else []
         )
-        for job in TASK_JOBS[task]:
+        for job in (m.name for m in MODELS.values() if m.built == task):
             for rec in results.get(job, {}).values():
                 if rec["status"] != "ok":
                     continue
@@ -725,21 +499,21 @@ def build_from_teacher(cfg: DataConfig) -> dict:
                 if split == "test":
                     removed["gold_test_conversation"] += 1
                     continue
-                examples.append(teacher_example(rec, split, cfg.compact_completions, cfg.student_prompt))
+                examples.append(teacher_example(rec, split, cfg))
         kept = dedup(examples, test_index, cfg.near_dup_threshold, removed)
         per = {s: [r for e in kept if e.split == s for r in e.rows] for s in ("train", "dev")}
-        per["test"] = [r for e in gold_examples(task, gold[task]("test"), "test") for r in e.rows]
+        per["test"] = [r for e in gold_examples(gold_items(cfg, seed, task, "test"), "test") for r in e.rows]
         tstats = {}
         for split in SPLITS:
             rows = _uniform(per[split])
             write_jsonl(out / task / f"{split}.jsonl", rows)
-            tstats[split] = _describe(task, rows) | {"label_source": dict(Counter(r["label_source"] for r in rows))}
-            if task == "extractor":
+            tstats[split] = _describe(rows) | {"label_source": dict(Counter(r["label_source"] for r in rows))}
+            if any(r.get("n_records") is not None for r in rows):
                 tstats[split]["memory_types"] = dict(
                     Counter(
                         m["dimension"]["memory_type"]
                         for r in rows
-                        if r["task"] == "extraction"
+                        if r.get("n_records") is not None
                         for m in json.loads(r["completion"][0]["content"])["memories"]
                     )
                 )

@@ -1,27 +1,28 @@
-"""Teacher labelling jobs: dialogue sources -> validated labels for the five compact models.
+"""Teacher labelling jobs: dialogue sources -> validated labels for every compact model.
 
 Run through `memdistill data --config configs/data/teacher_*.yaml` (labels, then training sets;
-see memdistill.data.build). Jobs carry the spec's task names and run in this order, since later jobs read
-earlier labels:
+see memdistill.data.build). A job is named after its model (memdistill.spec.MODELS) and asks the teacher
+what the model's spec record says (`requests`), reading the answer with the model's parser (`read`); jobs
+run in the table's order, since later jobs read earlier labels. Items per unit:
 
-  extraction   windows -> DimMem records. Window settings per conversation style come from the
+  extractor    windows -> DimMem records. Window settings per conversation style come from the
                config's `windows` (DimMem presets: 25/5 multi-party, 15/3 user-assistant).
-  query_parse  the sources' questions (LoCoMo `qa`, LongMemEval `question`, the gold corpus's
-               questions.jsonl) -> DimMem query analysis.
-  memory_type  snippets -> TriMEM labels. A snippet is one turn, or a turn ending in "?" together
+  query_parser, planner, querytyper
+               the sources' questions (LoCoMo `qa`, LongMemEval `question`, the gold corpus's
+               questions.jsonl) -> DimMem query analysis; complexity + 1-3 keywords; query_type.K
+               hypothetical memories that would answer each (MemoType Eq. 2: `memdistill train querytyper`
+               labels the question with its type router's vote over them, as offline over the gold
+               evidence turns).
+  router       snippets -> TriMEM labels. A snippet is one turn, or a turn ending in "?" together
                with the reply that follows in the same session (as in data/seed/types.jsonl).
                type_mode `binary` (default) asks one yes/no question per label and combines the
                answers; `single` asks one multi-label question.
-  recall_plan  the same questions -> complexity + 1-3 keywords.
-  recall_gate  each planned question, with the `gate_candidates` memories BM25 ranks highest among
-               the records the extraction job wrote for that conversation (shuffled with a fixed
+  gate         each planned question, with the `gate_candidates` memories BM25 ranks highest among
+               the records the extractor job wrote for that conversation (shuffled with a fixed
                seed so the teacher sees no rank order) -> the ids to keep.
-  topic_segment  every utterance but a session's first, with two utterances of context on each side ->
+  segmenter    every utterance but a session's first, with two utterances of context on each side ->
                CHANGE / DEVELOP (TraceMem).
-  query_type   the sources' questions -> query_type.K hypothetical memories that would answer each
-               (MemoType Eq. 2); `memdistill train querytyper` labels the question with its type
-               router's vote over them, as offline over the gold evidence turns.
-  consolidation  the extraction job's records of each conversation in the order they were said, each
+  consolidator the extractor job's records of each conversation in the order they were said, each
                against every earlier one that passes the candidate cascade (`pair_cascade`: same
                memory_type, keywords and/or MiniLM cosine, as the runtime asks) -> MERGE / SUPERSEDE /
                KEEPBOTH (+ the merged record).
@@ -79,32 +80,12 @@ from memdistill.data.teacher import (
     settings_from_dict,
     transport_rejection,
 )
-from memdistill.spec import (
-    TASKS,
-    consolidation,
-    extraction,
-    memory_type,
-    query_parse,
-    query_type,
-    recall_gate,
-    recall_plan,
-    topic_segment,
-)
+from memdistill.spec import MODELS, NAMES, consolidation, topic_segment
 from memdistill.spec.dialogue import Conversation, Window, windows
-from memdistill.spec.jsonout import Problem, load_json
+from memdistill.spec.jsonout import Problem
 
 # Answers the student would learn to cut short: reject even when something was salvaged.
 ALWAYS_REJECT = {"truncated_output", "unterminated_think"}
-# Output caps for the short-answer jobs (extraction uses the teacher's max_tokens).
-MAX_TOKENS = {
-    "query_parse": 512,
-    "memory_type": 64,
-    "recall_plan": 128,
-    "recall_gate": 512,
-    "consolidation": 512,
-    "topic_segment": 32,
-    "query_type": 640,
-}
 SOURCE_KEYS = {"format", "path", "name", "style", "max_conversations"}
 # Items in a row whose retries all ran out with no answer at all in this run: the endpoint is not there,
 # and asking the rest would only add each item's full retry schedule to the wait.
@@ -219,7 +200,7 @@ def extraction_items(convs: list[SourceConv], window_pairs: dict) -> list[Item]:
             for w in windows(sc.conv, size, overlap):
                 items.append(
                     Item(
-                        "extraction",
+                        "extractor",
                         f"{sc.source}|{sc.conv.conversation_id}|w{size}o{overlap}|{w.window_index}",
                         sc,
                         {"window": w.to_json(), "style": style, "window_setting": [size, overlap]},
@@ -254,7 +235,7 @@ def snippets(conv: Conversation) -> list[tuple[list[str], str]]:
 def snippet_items(convs: list[SourceConv], mode: str) -> list[Item]:
     return [
         Item(
-            "memory_type",
+            "router",
             f"{sc.source}|{sc.conv.conversation_id}|t{ids[0]}",
             sc,
             {"turn_ids": ids, "text": text, "mode": mode},
@@ -274,7 +255,7 @@ def segment_items(convs: list[SourceConv]) -> list[Item]:
                 tid = sess.turns[i].turn_id
                 out.append(
                     Item(
-                        "topic_segment",
+                        "segmenter",
                         f"{sc.source}|{sc.conv.conversation_id}|{sess.session_id}|{tid}",
                         sc,
                         {
@@ -326,7 +307,7 @@ def gate_items(
                 random.Random(item_id).shuffle(cands)
             items.append(
                 Item(
-                    "recall_gate",
+                    "gate",
                     item_id,
                     sc,
                     {
@@ -368,7 +349,7 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
             picked, _ = consolidation.candidates(new, ordered[:j], embed, **cascade)
             items += [
                 Item(
-                    "consolidation",
+                    "consolidator",
                     f"{sc.source}|{sc.conv.conversation_id}|p{j}-{i}",
                     sc,
                     {"new": new.to_json(), "existing": ordered[i].to_json()},
@@ -376,6 +357,22 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
                 for i, _ in picked
             ]
     return items
+
+
+# One item builder per unit (memdistill.spec.compact.UNITS); the gate's and the pairs' items are built from
+# the extractor's (and the planner's) labels, which check_jobs makes sure come first.
+UNIT_ITEMS = {
+    "window": lambda job, convs, results, cfg: extraction_items(convs, cfg.windows),
+    "question": lambda job, convs, results, cfg: question_items(job, convs),
+    "snippet": lambda job, convs, results, cfg: snippet_items(convs, cfg.type_mode),
+    "utterance": lambda job, convs, results, cfg: segment_items(convs),
+    "pair": lambda job, convs, results, cfg: consolidation_items(
+        convs, results["extractor"], cfg.windows, cfg.pair_cascade
+    ),
+    "gate": lambda job, convs, results, cfg: gate_items(
+        convs, results["extractor"], results["planner"], cfg.gate_candidates, cfg.windows
+    ),
+}
 
 
 def _limit(items: list[Item], n: int | None) -> list[Item]:
@@ -399,117 +396,20 @@ class Outcome:
 
 
 async def ask(item: Item, t: Teacher, min_candidates: int) -> Outcome:
-    job, inp = item.job, item.input
-    cap = MAX_TOKENS.get(job)
-    if job == "extraction":
-        r = await t.complete(
-            extraction.chat_messages(item.window, "teacher", inp["style"]), extraction.json_schema(), "memories"
-        )
-        res = extraction.parse(r.text, item.window)
-        label = {"records": [x.model_dump(exclude_none=True) for x in res.records], "raw_count": res.raw_count}
-        return Outcome(res.ok, label, res.problems + _dropped(r.text, item.window, res), [r])
-    if job == "query_parse":
-        r = await t.complete(
-            query_parse.chat_messages(inp["question"], inp["question_date"], "teacher"),
-            query_parse.json_schema(),
-            "query",
-            cap,
-        )
-        res = query_parse.parse(r.text)
-        return Outcome(res.ok, res.query.model_dump() if res.ok else None, res.problems, [r])
-    if job == "memory_type" and inp["mode"] == "single":
-        r = await t.complete(
-            memory_type.chat_messages(inp["text"], "teacher"), memory_type.json_schema(), "labels", cap
-        )
-        res = memory_type.parse(r.text)
-        return Outcome(res.ok, {"labels": res.labels} if res.ok else None, res.problems, [r])
-    if job == "memory_type":
-        got = await asyncio.gather(
-            *(
-                t.complete(
-                    memory_type.chat_messages(inp["text"], "binary", lab),
-                    memory_type.json_schema(binary=True),
-                    "decision",
-                    cap,
-                )
-                for lab in memory_type.LABELS
-            ),
-            return_exceptions=True,
-        )
-        for g in got:  # the answers that did arrive are cached; a rerun pays only for the failed one
-            if isinstance(g, BaseException):
-                raise g
-        decisions, problems = {}, []
-        for lab, r in zip(memory_type.LABELS, got):
-            decisions[lab], probs = memory_type.parse_binary(r.text)
-            problems += [Problem(p.code, f"{lab}: {p.detail}") for p in probs]
-        ok = None not in decisions.values()
-        return Outcome(
-            ok,
-            {"labels": [lab for lab, b in decisions.items() if b], "decisions": decisions} if ok else None,
-            problems,
-            list(got),
-        )
-    if job == "recall_plan":
-        r = await t.complete(
-            recall_plan.chat_messages(inp["question"], "teacher"), recall_plan.json_schema(), "plan", cap
-        )
-        res = recall_plan.parse(r.text, names=inp.get("names") or ())
-        return Outcome(res.ok, res.plan.model_dump() if res.ok else None, res.problems, [r])
-    if job == "recall_gate":
-        cands = inp["candidates"]
-        if len(cands) < min_candidates:
-            return Outcome(False, reasons=["too_few_candidates"])
-        r = await t.complete(
-            recall_gate.chat_messages(inp["question"], inp["complexity"], cands, "teacher"),
-            recall_gate.json_schema(),
-            "gate",
-            cap,
-        )
-        res = recall_gate.parse(r.text, n_candidates=len(cands), complexity=inp["complexity"])
-        return Outcome(res.ok, {"kept_ids": res.kept_ids} if res.ok else None, res.problems, [r])
-    if job == "topic_segment":
-        r = await t.complete(
-            topic_segment.chat_messages(inp["before"], inp["target"], inp["after"], "teacher"),
-            topic_segment.json_schema(),
-            "intent",
-            cap,
-        )
-        res = topic_segment.parse(r.text)
-        return Outcome(res.ok, {"intent": res.intent} if res.ok else None, res.problems, [r])
-    if job == "query_type":
-        r = await t.complete(
-            query_type.chat_messages(inp["question"], "teacher"), query_type.json_schema(), "memories", cap
-        )
-        res = query_type.parse(r.text)
-        return Outcome(res.ok, {"memories": res.memories} if res.ok else None, res.problems, [r])
-    if job == "consolidation":
-        new, old = (consolidation.StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
-        r = await t.complete(
-            consolidation.chat_messages(new, old, "teacher"), consolidation.json_schema(), "decision", cap
-        )
-        res = consolidation.parse(r.text, new, old)
-        label = {"action": res.action, "merged": res.merged.model_dump() if res.merged else None}
-        return Outcome(res.ok, label if res.ok else None, res.problems, [r])
-    raise ValueError(f"unknown job {job!r}")
-
-
-def _dropped(text: str, window: Window, res: extraction.ParseResult) -> list[Problem]:
-    """One `record_dropped` problem per raw record the parser did not keep, detailed with the parser's
-    own last code for that record (source_in_overlap, bad_memory_type, duplicate_record, ...)."""
-    if res.raw_count <= len(res.records):
-        return []
-    value, _ = load_json(text, list_key="memories")
-    kept = [r.model_dump() for r in res.records]
-    out = []
-    for i, raw in enumerate(value.get("memories", []) if isinstance(value, dict) else []):
-        alone = extraction.parse(json.dumps({"memories": [raw]}), window).records
-        if alone and alone[0].model_dump() in kept:
-            kept.remove(alone[0].model_dump())
-            continue
-        codes = [p.code for p in res.problems if p.index == i]
-        out.append(Problem("record_dropped", codes[-1] if codes else "unknown", i))
-    return out
+    """The model's teacher requests for one item, sent together, read by the model's parser. An item with a
+    candidate list shorter than `min_candidates` is not asked (too_few_candidates)."""
+    m = MODELS[item.job]
+    if "candidates" in item.input and len(item.input["candidates"]) < min_candidates:
+        return Outcome(False, reasons=["too_few_candidates"])
+    got = await asyncio.gather(
+        *(t.complete(r.messages, r.schema, r.name, m.max_tokens) for r in m.requests(item.input)),
+        return_exceptions=True,
+    )
+    for g in got:  # the answers that did arrive are cached; a rerun pays only for the failed one
+        if isinstance(g, BaseException):
+            raise g
+    a = m.read([r.text for r in got], item.input)
+    return Outcome(a.ok, a.label, a.problems, list(got))
 
 
 def _reasons(out: Outcome) -> list[str]:
@@ -719,14 +619,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def check_jobs(jobs: list) -> list[str]:
-    unknown = [j for j in jobs if j not in TASKS]
+    """The configured jobs in table order (a job reads the labels of the jobs it comes after)."""
+    unknown = [j for j in jobs if j not in NAMES]
     if unknown:
-        raise ConfigError(f"jobs: unknown job(s) {unknown}; expected some of {', '.join(TASKS)}")
-    if "recall_gate" in jobs and not {"extraction", "recall_plan"} <= set(jobs):
-        raise ConfigError("jobs: recall_gate needs extraction (its candidates) and recall_plan (its complexity)")
-    if "consolidation" in jobs and "extraction" not in jobs:
-        raise ConfigError("jobs: consolidation needs extraction (its records are the pairs)")
-    return [j for j in TASKS if j in jobs]
+        raise ConfigError(f"jobs: unknown job(s) {unknown}; expected some of {', '.join(NAMES)}")
+    for j in jobs:
+        if missing := [a for a in MODELS[j].after if a not in jobs]:
+            raise ConfigError(f"jobs: {j} needs {' and '.join(missing)} (its items are built from their labels)")
+    return [j for j in NAMES if j in jobs]
 
 
 async def run_all(cfg) -> tuple[dict, dict]:
@@ -762,19 +662,7 @@ async def run_all(cfg) -> tuple[dict, dict]:
         "jobs": {},
     }
     for job in jobs:
-        if job == "extraction":
-            items = extraction_items(convs, cfg.windows)
-        elif job in ("query_parse", "recall_plan", "query_type"):
-            items = question_items(job, convs)
-        elif job == "topic_segment":
-            items = segment_items(convs)
-        elif job == "memory_type":
-            items = snippet_items(convs, cfg.type_mode)
-        elif job == "consolidation":
-            items = consolidation_items(convs, results["extraction"], cfg.windows, cfg.pair_cascade)
-        else:
-            items = gate_items(convs, results["extraction"], results["recall_plan"], cfg.gate_candidates, cfg.windows)
-        items = _limit(items, cfg.max_items.get(job))
+        items = _limit(UNIT_ITEMS[MODELS[job].unit](job, convs, results, cfg), cfg.max_items.get(job))
         for it in items:
             it.key = item_key(it, settings.model)
         async with Teacher(settings, cfg.cache_dir) as t:

@@ -3,6 +3,8 @@
   memdistill check-seed [DIR]          validate everything and print statistics (make check-seed)
   python -m memdistill.data.seed gate [DIR]   rebuild gate.jsonl from questions + memories (deterministic)
   python -m memdistill.data.seed check-pairs FILE...   validate consolidation pairs written apart (a helper's part)
+  python -m memdistill.data.seed check-part DIR...     validate a part written apart: a folder of the same files
+                                                       for one or more conversations (no corpus minimums)
 
 Snippets, questions and gate examples take the split of their conversation; standalone snippets carry
 their own.
@@ -34,7 +36,7 @@ SEED_DIR = REPO / "data" / "seed"
 SPLITS = ("train", "dev", "test")
 STYLES = ("multi-party", "user-assistant")
 CATEGORIES = {
-    "multi-party": ("single-hop", "multi-hop", "temporal", "open-domain"),
+    "multi-party": ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial"),
     "user-assistant": (
         "single-session-user",
         "single-session-assistant",
@@ -42,8 +44,17 @@ CATEGORIES = {
         "multi-session",
         "knowledge-update",
         "temporal-reasoning",
+        "abstention",
     ),
 }
+# LoCoMo's adversarial and LongMemEval's abstention questions ask about something the conversation never
+# says: they have no evidence records (a system should answer that it does not know).
+UNANSWERABLE = ("adversarial", "abstention")
+# A conversation of at least LONG_SESSIONS sessions is a long one (LoCoMo / LongMemEval scale): it is
+# reported apart, and must meet LONG_MINIMUMS.
+LONG_SESSIONS = 15
+LONG_MINIMUMS = {"multi-party": {"turns": 200, "days": 120}, "user-assistant": {"turns": 150, "days": 0}}
+LONG_QUESTIONS = 30
 # What the issue asks of the corpus; check() reports shortfalls as errors.
 MINIMUMS = {
     "conversations": 40,
@@ -171,12 +182,13 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
     _check_memories(seed, rep)
     _check_types(seed, rep)
     _check_questions(seed, rep)
+    _check_long_questions(seed, rep)
     _check_gate(seed, rep)
     check_pairs(seed, seed.pairs, "consolidation.jsonl", rep)
     check_segments(seed, seed.segments, "segments.jsonl", rep, complete=minimums)
     check_segments(seed, seed.segments_second, "segments_second.jsonl", rep, complete=False)
     _check_whole_conversations(seed, seed.segments_second, "segments_second.jsonl", rep)
-    _check_splits(seed, rep)
+    _check_splits(seed, rep, minimums)
     _stats(seed, rep)
     if minimums:
         counts = _counts(seed)
@@ -243,6 +255,18 @@ def _check_conversations(seed: Seed, rep: Report):
             for t in c.turns:
                 if t.speaker not in c.speakers:
                     rep.errors.append(f"{where}: turn {t.turn_id} speaker {t.speaker!r} not in speakers {c.speakers}")
+        if length(c) == "long":
+            least = LONG_MINIMUMS.get(c.style, {})
+            days = (c.sessions[-1].date_time - c.sessions[0].date_time).days
+            if len(c.turns) < least.get("turns", 0):
+                rep.errors.append(f"{where}: a long conversation needs {least['turns']}+ turns, has {len(c.turns)}")
+            if days < least.get("days", 0):
+                rep.errors.append(f"{where}: a long conversation spans {least['days']}+ days, spans {days}")
+
+
+def length(conv: Conversation) -> str:
+    """ "long" (LoCoMo / LongMemEval scale: LONG_SESSIONS sessions or more) or "short"; reports keep them apart."""
+    return "long" if len(conv.sessions) >= LONG_SESSIONS else "short"
 
 
 def _numbered(rows: list[dict], file: str, id_key: str, rep: Report):
@@ -344,6 +368,11 @@ def _check_questions(seed: Seed, rep: Report):
                 rep.errors.append(f"{where}: evidence memory {mid!r} is not a record of {conv.conversation_id}")
         if q.get("category") is not None and q["category"] not in CATEGORIES[conv.style]:
             rep.errors.append(f"{where}: category {q['category']!r} not in {CATEGORIES[conv.style]}")
+        unanswerable = q.get("category") in UNANSWERABLE
+        if unanswerable and q.get("evidence_memory_ids"):
+            rep.errors.append(f"{where}: a {q['category']} question has no evidence records")
+        if not unanswerable and not (q.get("evidence") and q.get("evidence_memory_ids")):
+            rep.errors.append(f"{where}: an answerable question needs evidence turns and evidence_memory_ids")
         plan = q.get("plan") or {}
         try:
             p = recall_plan.RecallPlan.model_validate_json(json.dumps(plan))
@@ -357,6 +386,15 @@ def _check_questions(seed: Seed, rep: Report):
             QueryAnalysis.model_validate_json(json.dumps(q.get("query")))
         except ValidationError as e:
             rep.errors.append(f"{where}: query invalid: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+
+
+def _check_long_questions(seed: Seed, rep: Report):
+    asked = Counter(q.get("conversation_id") for q in seed.questions)
+    for cid, conv in seed.conversations.items():
+        if length(conv) == "long" and asked[cid] < LONG_QUESTIONS:
+            rep.errors.append(
+                f"questions.jsonl: long conversation {cid} has {asked[cid]} questions, {LONG_QUESTIONS}+ needed"
+            )
 
 
 def _check_update(seed: Seed, q: dict, where: str, rep: Report):
@@ -498,10 +536,10 @@ def _check_whole_conversations(seed: Seed, rows: list[dict], file: str, rep: Rep
             rep.errors.append(f"{file}: {cid} has no row for session(s) {', '.join(missing)}")
 
 
-def _check_splits(seed: Seed, rep: Report):
+def _check_splits(seed: Seed, rep: Report, minimums: bool = True):
     n = len(seed.conversations)
     n_test = sum(1 for s in seed.split.values() if s == "test")
-    if n and n_test / n < 0.2:
+    if minimums and n and n_test / n < 0.2:
         rep.errors.append(f"splits: test holds {n_test}/{n} conversations, under 20%")
     # leakage: the same snippet text or memory content in two splits
     for kind, key in (("types", "text"), ("memories", "content")):
@@ -667,6 +705,11 @@ if __name__ == "__main__":
             check_pairs(seed, load_jsonl(Path(f), SourceError), f, rep)
         print("\n".join(rep.errors) or "pairs valid")
         sys.exit(1 if rep.errors else 0)
+    if len(sys.argv) >= 3 and sys.argv[1] == "check-part":
+        reports = {d: check(d, minimums=False) for d in sys.argv[2:]}
+        for d, rep in reports.items():
+            print(f"# {d}\n{rep.render()}")
+        sys.exit(0 if all(r.ok for r in reports.values()) else 1)
     if len(sys.argv) >= 2 and sys.argv[1] == "gate":
         d = Path(sys.argv[2]) if len(sys.argv) > 2 else SEED_DIR
         rows = build_gate(load(d))

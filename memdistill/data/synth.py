@@ -273,7 +273,7 @@ async def write_sources(
 
 def main(argv=None) -> int:
     from memdistill.core.config import job_config
-    from memdistill.data.build import DataConfig
+    from memdistill.data.config import DataConfig
     from memdistill.data.teacher import settings_from_dict
 
     cfg = job_config(DataConfig, argv, "python -m memdistill.data.synth", __doc__, config_required=True)

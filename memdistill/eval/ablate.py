@@ -76,7 +76,7 @@ def _run(args: list[str], log: Path) -> None:
 
 def eval_windows(data_config: str, overrides: list[str]) -> dict:
     """The evaluation window of each style: the first (W, O) the variant trains on."""
-    from memdistill.data.build import DataConfig
+    from memdistill.data.config import DataConfig
 
     return first_windows(load_config(DataConfig, REPO / data_config, overrides).windows)
 
@@ -108,7 +108,7 @@ def run_variant(cfg: AblateConfig, v: dict) -> dict:
         "note": v.get("note", ""),
         "overrides": over,
         "train": json.loads((train_dir / "summary.json").read_text()),
-        "eval": {**model["extraction"], "generation_seconds": model["generation_seconds"]},
+        "eval": {**model["extractor"], "generation_seconds": model["generation_seconds"]},
         "eval_split": result["split"],
         "eval_report": str(metrics[-1].parent / "report.md"),
     }

@@ -79,7 +79,7 @@ def bench_training(steps: int = 4, batch: int = 4, rounds: int = 2) -> list[dict
     if not src.exists():
         raise FileNotFoundError(f"{src}: run `make data` first")
     rows = [json.loads(x) for x in src.read_text().splitlines()]
-    rows = [r for r in rows if r["task"] == "extraction"][: steps * batch]
+    rows = [r for r in rows if r["task"] == "extractor"][: steps * batch]
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
     rows_file = tmp / "rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -309,7 +309,7 @@ def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 
 
             async def run(settings=settings, tmp=tmp):
                 async with Teacher(settings, tmp / "cache") as t:
-                    return await label.run_job(items, t, tmp / "extraction", progress=False)
+                    return await label.run_job(items, t, tmp / "extractor", progress=False)
 
             t0 = time.time()
             _, summary = asyncio.run(run())

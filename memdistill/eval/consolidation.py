@@ -120,7 +120,7 @@ def decider(name: str, cfg: ConsolidationEvalConfig, seed=None):
     if name == "rule":
         return lambda pairs: [consolidation.ParseResult(consolidation.rule_action(n, o), ok=True) for n, o in pairs]
     if name == "consolidator":
-        from memdistill.train.encoder import Encoder
+        from memdistill.core.encoder import Encoder
 
         enc = Encoder(cfg.consolidator)
         return lambda pairs: [consolidation.ParseResult(a, ok=True) for a in enc.actions(pairs)]

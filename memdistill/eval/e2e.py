@@ -483,7 +483,7 @@ def build_hooks(cfg: E2EConfig) -> dict:
         mm = MemoryModels(cfg.hooks_url, api_key=env_key(cfg.api_key_env, "api_key_env"), **cfg.hooks_options)
         hooks = hooks_from_models(mm, cfg.hooks)
     if cfg.hooks_models:
-        from memdistill.train.encoder import Encoder
+        from memdistill.core.encoder import Encoder
 
         have = {name: path for name, path in cfg.hooks_models.items() if (Path(path) / "config.json").exists()}
         enc = {name: Encoder(path) for name, path in have.items()}

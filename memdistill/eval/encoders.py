@@ -38,8 +38,6 @@ fails). Output: runs/eval-encoders/<time>/ with metrics.json, predictions.jsonl,
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,20 +47,16 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from memdistill.core.config import ConfigError, env_key, from_mapping, job_config
+from memdistill.core.io import write_json, write_jsonl
 from memdistill.core.report import (
     bars_of,
     ci_cell,
-    draw_grouped_bars,
     grouped_bars,
     md_table,
     print_report,
-    pyplot,
-    save_figure,
 )
-from memdistill.metrics.encoders import gate_examples, task_scores
-from memdistill.spec import consolidation, memory_type, recall_gate, recall_plan
-
-TASKS = ("router", "planner", "gate", "consolidator", "segmenter")
+from memdistill.metrics.encoders import decisions, gate_examples, score
+from memdistill.spec import ENCODERS, MODELS, consolidation, memory_type, recall_gate
 
 
 @dataclass
@@ -80,12 +74,10 @@ class LMBaseline:
 class EncoderEvalConfig:
     data_dir: str = "data/built"
     split: str = "test"
-    tasks: list = field(default_factory=lambda: list(TASKS))  # which encoders to evaluate
-    router: str | None = "runs/router-cpu/model"  # exported model dirs; a missing one is skipped (reported)
-    planner: str | None = "runs/planner-cpu/model"
-    gate: str | None = "runs/gate-cpu/model"
-    consolidator: str | None = "runs/consolidator-cpu/model"
-    segmenter: str | None = "runs/segmenter-cpu/model"
+    tasks: list = field(default_factory=lambda: list(ENCODERS))  # which encoders to evaluate
+    # model name -> its exported directory; a missing one is skipped (reported). The query typer's rows are
+    # labelled by the vote of the router named here (as `make train-querytyper` labels them).
+    models: dict = field(default_factory=lambda: {n: f"runs/{n}-cpu/model" for n in ENCODERS})
     # A blind second labelling of whole conversations: scored as one more system, it is the agreement between
     # two annotators, the ceiling a segmenter can be read against (null: no such row)
     second_annotator: str | None = "data/seed/segments_second.jsonl"
@@ -111,129 +103,16 @@ class EncoderEvalConfig:
                               f"got {self.lm_baseline!r}")  # fmt: skip
 
 
-# --- rule baselines ---------------------------------------------------------------------------------
-
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_TIME = re.compile(
-    rf"\b(yesterday|today|tonight|tomorrow|ago|last (week|month|year|night|weekend|time)|"
-    rf"next (week|month|year|weekend)|this (morning|week|weekend|afternoon|evening)|"
-    rf"on ({_DAYS})|({_MONTHS})|({_DAYS})|(19|20)\d\d|just (got|had|finished|bought|started))\b",
-    re.I,
-)
-_FIRST_PERSON_FACT = re.compile(
-    r"\b(i am|i'm|i've|i have|i love|i like|i hate|i prefer|i always|i usually|i never|"
-    r"my (wife|husband|partner|son|daughter|sister|brother|mom|mum|dad|mother|father|"
-    r"family|job|kids?|dog|cat|boss|friend|favou?rite)|i work|i live)\b",
-    re.I,
-)
-_GENERAL = re.compile(
-    r"\b(is a|are a|means|usually|typically|generally|in general|for example|recommend|try|"
-    r"you can|you could|aim for|it's best|the best)\b",
-    re.I,
-)
-
-
-def rule_router(snippet: str) -> list[str]:
-    """EM: a time expression (date, weekday, month, yesterday, last/next ...). PM: a first-person lasting
-    fact (I'm, I love/prefer/always, my <relative/job/pet>). GM: a non-first-person explanatory or advice
-    sentence (usually, for example, you can, recommend ...) of at least 12 words."""
-    text = memory_type.encoder_text(snippet)
-    body = text.split(":", 1)[1] if re.match(r"^[\w .'-]{1,30}:", text) else text
-    labels = []
-    if _TIME.search(body):
-        labels.append("EM")
-    if _FIRST_PERSON_FACT.search(body):
-        labels.append("PM")
-    if _GENERAL.search(body) and len(body.split()) >= 12:
-        labels.append("GM")
-    return labels
-
-
-_COMPLEX = re.compile(
-    r"^(would|could|should|might|is \w+ likely|are \w+ likely|do you think)\b|\b(likely|enjoy|prefer|"
-    r"suit|recommend|personality|values?|trend|over (the|time)|grown|changed|evolved|why|habits?|"
-    r"easier|better|best|given what you know)\b",
-    re.I,
-)
-_HYBRID = re.compile(
-    r"\b(how many|how often|which \w+s\b|what \w+s (has|have|did)|list|all the|both|and (why|how|when|"
-    r"where|what)|compare|between|each|so far|in total)\b",
-    re.I,
-)
-
-
-def rule_planner(question: str) -> str:
-    """complex: hypotheticals or judgement words (would/could/should, likely, enjoy, prefer, recommend,
-    why, changed/grown/trend ...); hybrid: gathering words (how many/often, list, both, all, compare,
-    '... and why/how'); otherwise simple."""
-    if _COMPLEX.search(question):
-        return "complex"
-    if _HYBRID.search(question):
-        return "hybrid"
-    return "simple"
-
-
-def _stem(w: str) -> str:
-    return w.lower().strip("'\".,?!:;()")[:5]
-
-
-def rule_gate(question: str, complexity: str, candidates: list[str]) -> list[int]:
-    """Keyword overlap: the question's 1-3 keywords (`recall_plan.heuristic_keywords`, proper nouns left
-    out: every candidate of a conversation names the same people) matched by their first five letters
-    in each candidate; a candidate sharing one keyword or more is kept, most shared first, within
-    `recall_gate.BUDGETS[complexity]`."""
-    names = [w.strip("'\".,?!:;()").removesuffix("'s") for w in question.split()[1:] if w[:1].isupper()]
-    kws = {_stem(w) for k in recall_plan.heuristic_keywords(question, names) for w in k.split()}
-    scores = [len(kws & {_stem(w) for w in c.split()}) / max(len(kws), 1) for c in candidates]
-    ranked = sorted((i for i, s in enumerate(scores, 1) if s > 0), key=lambda i: (-scores[i - 1], i))
-    return ranked[: recall_gate.BUDGETS[complexity]]
-
-
-def rule_consolidator(row: dict) -> str:
-    """`consolidation.rule_action` on the pair (word overlap and dimensions only, no model)."""
-    return consolidation.rule_action(*_pair(row))
-
-
-_TOPIC_CUE = re.compile(
-    r"\b(by the way|btw|anyway|anyways|speaking of|on another note|changing the subject|unrelated|random question|"
-    r"quick question|different question|other news|oh,? (and|also))\b",
-    re.I,
-)
-_FUNCTION = set(
-    "that this with have what your about been just they there from were will would like really think know yeah "
-    "good great thanks thank sure also some more when then than them could should does much very well going "
-    "want need it's i'm that's you're don't".split()
-)
-
-
-def rule_segmenter(row: dict) -> bool:
-    """CHANGE on a topic-shift cue ("by the way", "anyway", "speaking of", ...) or when the utterance (4+
-    content words) shares no content word with the two before it: lexical cohesion, as TextTiling
-    measures it, at its simplest."""
-    target = row["target"].split(": ", 1)[-1]
-    if _TOPIC_CUE.search(target):
-        return True
-
-    def words(line: str) -> set[str]:
-        return {_stem(w) for w in line.split(": ", 1)[-1].split() if len(w) > 3 and w.lower() not in _FUNCTION}
-
-    cur = words(row["target"])
-    return len(cur) >= 4 and not cur & set().union(*map(words, row["before"]))
-
-
-def _pair(row: dict):
-    return consolidation.StoredRecord.from_json(row["new"]), consolidation.StoredRecord.from_json(row["existing"])
-
-
 # --- the job ----------------------------------------------------------------------------------------
 
 
 def load_split(cfg: EncoderEvalConfig, task: str) -> list[dict]:
     from memdistill.train.encoder import read_rows
 
-    rows = read_rows(str(Path(cfg.data_dir) / task / f"{cfg.split}.jsonl"), task)
-    if cfg.max_examples and task != "gate":
+    m = MODELS[task]
+    voter = cfg.models.get(m.labelled_by) if m.labelled_by else None
+    rows = read_rows(str(Path(cfg.data_dir) / task / f"{cfg.split}.jsonl"), task, label_router=voter)
+    if cfg.max_examples and m.head != "pair_score":
         rows = rows[: cfg.max_examples]
     elif cfg.max_examples:
         keep = list(dict.fromkeys(r["gate_id"] for r in rows))[: cfg.max_examples]
@@ -241,41 +120,26 @@ def load_split(cfg: EncoderEvalConfig, task: str) -> list[dict]:
     return rows
 
 
+def items(task: str, rows: list[dict]) -> list[dict]:
+    """What a decision is made on: the built rows, or the gate's examples (a question with its candidates)."""
+    return gate_examples(rows) if MODELS[task].head == "pair_score" else rows
+
+
 def encoder_predictions(task: str, model_dir: str, rows: list[dict]):
     """Decisions of the exported encoder, made exactly as the SDK makes them from served scores."""
-    from memdistill.train.encoder import Encoder
+    from memdistill.core.encoder import Encoder
+    from memdistill.train.encoder import model_inputs
 
     enc = Encoder(model_dir)
     t0 = time.time()
-    if task == "router":
-        pred = enc.classify_types([r["text"] for r in rows])
-    elif task == "planner":
-        pred = enc.complexity([r["text"] for r in rows])
-    elif task == "consolidator":
-        pred = enc.actions([_pair(r) for r in rows])
-    elif task == "segmenter":
-        pred = enc.changes([r["text"] for r in rows])
-    else:
-        pred = [
-            recall_gate.select(enc.keep_scores(e["question"], e["complexity"], e["candidates"]), e["complexity"])
-            for e in gate_examples(rows)
-        ]
+    pred = decisions(task, enc.scores([model_inputs(task, r) for r in rows]), rows)
     return pred, time.time() - t0
 
 
 def rule_predictions(task: str, rows: list[dict]):
+    """The spec's rule baseline on every item."""
     t0 = time.time()
-    if task == "router":
-        pred = [rule_router(r["text"]) for r in rows]
-    elif task == "planner":
-        pred = [rule_planner(r["text"]) for r in rows]
-    elif task == "consolidator":
-        pred = [rule_consolidator(r) for r in rows]
-    elif task == "segmenter":
-        pred = [rule_segmenter(r) for r in rows]
-    else:
-        pred = [rule_gate(e["question"], e["complexity"], e["candidates"]) for e in gate_examples(rows)]
-    return pred, time.time() - t0
+    return [MODELS[task].rule(x) for x in items(task, rows)], time.time() - t0
 
 
 SECOND = "second annotator (blind)"
@@ -295,29 +159,17 @@ def second_annotator_predictions(path: str, rows: list[dict]) -> tuple[list[bool
 
 
 def lm_predictions(mm, task: str, rows: list[dict], concurrency: int):
+    """The spec's zero-shot LM baseline on every item, through the SDK's chat (student prompt, JSON Schema)."""
     from tqdm import tqdm
 
+    m, xs = MODELS[task], items(task, rows)
+
+    def chat(*args):
+        return mm.chat(*args)[0]
+
     t0 = time.time()
-    if task == "router":
-        res = mm.classify_types([r["text"] for r in rows])
-        return [r.labels for r in res], time.time() - t0
-    if task == "consolidator":
-        res = mm.consolidate_pairs([_pair(r) for r in rows])
-        return [r.action if r.ok else None for r in res], time.time() - t0
-    items = rows if task in ("planner", "segmenter") else gate_examples(rows)
-
-    def one(x):
-        if task == "segmenter":
-            d = mm.topic_change(x["before"], x["target"], x["after"])
-            return d.change if d.ok else None
-        if task == "planner":
-            p = mm.plan(x["text"])
-            return p.plan.complexity if p.ok else None
-        g = mm.gate(x["question"], x["complexity"], x["candidates"])
-        return g.kept_ids if g.ok else None
-
     with ThreadPoolExecutor(concurrency) as pool:
-        pred = list(tqdm(pool.map(one, items), total=len(items), desc=f"LM {task}", unit="ex"))
+        pred = list(tqdm(pool.map(lambda x: m.zero_shot(chat, x), xs), total=len(xs), desc=f"LM {task}", unit="ex"))
     return pred, time.time() - t0
 
 
@@ -364,73 +216,98 @@ def zero_shot_lm(cfg: EncoderEvalConfig, out: Path):
         yield mm, f"LM zero-shot ({local_lm_name(cfg, lm)})", {"model": lm, "served_by": cfg.serve_config}
 
 
-def run(cfg: EncoderEvalConfig) -> Path:
-    unknown = [t for t in cfg.tasks if t not in TASKS]
+def predictions(cfg: EncoderEvalConfig, task: str, rows: list[dict], skipped: list[str]) -> tuple[dict, dict]:
+    """(system -> decisions, system -> seconds) for the trained encoder, the rule and, for the segmenter, the
+    blind second annotator; what cannot answer is named in `skipped`."""
+    preds, seconds = {}, {}
+    model_dir = cfg.models.get(task)
+    if model_dir and (Path(model_dir) / "config.json").exists():
+        preds["encoder"], seconds["encoder"] = encoder_predictions(task, model_dir, rows)
+    else:
+        skipped.append(f"{task} encoder: no exported model at {model_dir} (run `make train-{task}`)")
+    if MODELS[task].rule:
+        preds["rules"], seconds["rules"] = rule_predictions(task, rows)
+    if MODELS[task].tuning == "change_cut" and cfg.second_annotator:
+        flags, why = second_annotator_predictions(cfg.second_annotator, rows)
+        if flags is None:
+            skipped.append(f"{task} second annotator: {why}")
+        else:
+            preds[SECOND], seconds[SECOND] = flags, 0.0
+    return preds, seconds
+
+
+def _tasks(cfg: EncoderEvalConfig, skipped: list[str]) -> list[str]:
+    unknown = [t for t in cfg.tasks if t not in ENCODERS]
     if unknown:
-        raise ValueError(f"tasks: unknown {unknown}; expected some of {TASKS}")
-    tasks = [t for t in TASKS if t in cfg.tasks]
+        raise ValueError(f"tasks: unknown {unknown}; expected some of {ENCODERS}")
+    unknown = sorted(set(cfg.models) - set(ENCODERS))
+    if unknown:
+        raise ConfigError(f"models: unknown {unknown}; expected some of {ENCODERS}")
+    tasks = []
+    for t in (t for t in ENCODERS if t in cfg.tasks):
+        voter = MODELS[t].labelled_by
+        if voter and not (Path(cfg.models.get(voter) or "") / "config.json").exists():
+            skipped.append(f"{t}: its rows are labelled by the {voter}'s vote and no {voter} is exported")
+        else:
+            tasks.append(t)
+    return tasks
+
+
+def run(cfg: EncoderEvalConfig) -> Path:
+    skipped: list[str] = []
+    tasks = _tasks(cfg, skipped)
     out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     rows = {t: load_split(cfg, t) for t in tasks}
-    preds: dict = {t: {} for t in tasks}
-    seconds: dict = {t: {} for t in tasks}
-    skipped = []
+    preds, seconds = {}, {}
     for t in tasks:
-        model_dir = getattr(cfg, t)
-        if model_dir and (Path(model_dir) / "config.json").exists():
-            preds[t]["encoder"], seconds[t]["encoder"] = encoder_predictions(t, model_dir, rows[t])
-        else:
-            skipped.append(f"{t} encoder: no exported model at {model_dir} (run `make train-{t}`)")
-        preds[t]["rules"], seconds[t]["rules"] = rule_predictions(t, rows[t])
-    if "segmenter" in tasks and cfg.second_annotator:
-        flags, why = second_annotator_predictions(cfg.second_annotator, rows["segmenter"])
-        if flags is None:
-            skipped.append(f"segmenter second annotator: {why}")
-        else:
-            preds["segmenter"][SECOND], seconds["segmenter"][SECOND] = flags, 0.0
+        preds[t], seconds[t] = predictions(cfg, t, rows[t], skipped)
     lm = None
     if cfg.lm_baseline:
         with zero_shot_lm(cfg, out) as (mm, name, answered_by):
-            for t in tasks:
+            for t in (t for t in tasks if MODELS[t].zero_shot):
                 preds[t][name], seconds[t][name] = lm_predictions(mm, t, rows[t], cfg.concurrency)
         lm = {"row": name, **answered_by}
     results = {
-        t: {name: {**task_scores(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
+        t: {name: {**score(t, p, rows[t]), "seconds": round(seconds[t][name], 2)} for name, p in preds[t].items()}
         for t in tasks
     }
     meta = {
         "split": cfg.split,
         "data_dir": cfg.data_dir,
         "lm": lm,
-        "models": {t: getattr(cfg, t) for t in tasks},
+        "models": {t: cfg.models.get(t) for t in tasks},
         "skipped": skipped,
     }
-    (out / "metrics.json").write_text(json.dumps({**meta, "results": results}, indent=1))
-    with (out / "predictions.jsonl").open("w") as f:
-        for t in tasks:
-            ids = (
-                [r.get("snippet_id") or r.get("question_id") or r.get("pair_id") or _decision_id(r) for r in rows[t]]
-                if t != "gate"
-                else [e["gate_id"] for e in gate_examples(rows[t])]
-            )
-            for name, p in preds[t].items():
-                for i, x in zip(ids, p):
-                    f.write(json.dumps({"task": t, "system": name, "id": i, "prediction": x}) + "\n")
+    write_json(out / "metrics.json", {**meta, "results": results})
+    write_jsonl(out / "predictions.jsonl", _prediction_rows(tasks, rows, preds))
     write_report(out, results, meta)
     if cfg.write_cards:
-        from memdistill.train.encoder import write_card
-
-        for t in tasks:
-            if "encoder" in results[t] and (Path(getattr(cfg, t)) / "memdistill.json").exists():
-                write_card(
-                    getattr(cfg, t),
-                    {
-                        "split": cfg.split,
-                        "source": str(out / "metrics.json"),
-                        **{k: v for k, v in results[t]["encoder"].items() if k != "seconds"},
-                    },
-                )
+        _write_cards(cfg, tasks, results, out)
     return out
+
+
+def _prediction_rows(tasks: list[str], rows: dict, preds: dict) -> list[dict]:
+    out = []
+    for t in tasks:
+        ids = [x.get("gate_id") or x.get("snippet_id") or x.get("question_id") or x.get("pair_id") or _decision_id(x)
+               for x in items(t, rows[t])]  # fmt: skip
+        out += [
+            {"task": t, "system": name, "id": i, "prediction": x}
+            for name, p in preds[t].items()
+            for i, x in zip(ids, p)
+        ]
+    return out
+
+
+def _write_cards(cfg: EncoderEvalConfig, tasks: list[str], results: dict, out: Path) -> None:
+    from memdistill.train.encoder import write_card
+
+    for t in tasks:
+        model_dir = cfg.models.get(t)
+        if "encoder" in results[t] and (Path(model_dir) / "memdistill.json").exists():
+            figures = {k: v for k, v in results[t]["encoder"].items() if k != "seconds"}
+            write_card(model_dir, {"split": cfg.split, "source": str(out / "metrics.json"), **figures})
 
 
 def write_report(out: Path, results: dict, meta: dict) -> None:
@@ -438,7 +315,7 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
     L = [
         f"# Encoders on the gold {meta['split']} split",
         "",
-        f"Rows from `{meta['data_dir']}/<task>/{meta['split']}.jsonl`. "
+        f"Rows from `{meta['data_dir']}/<model>/{meta['split']}.jsonl`. "
         + (
             f"{lm['row']}: `{lm['model']}` "
             + (f"at {lm['base_url']}" if "base_url" in lm else f"served by vLLM ({lm['served_by']})")
@@ -446,24 +323,14 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
             if lm
             else "No LM baseline (lm_baseline: false). "
         )
-        + "Rules: `memdistill/eval/encoders.py`. Brackets: 95% bootstrap intervals (1,000 resamples of the "
-        "task's units). Trivial baselines come from the gold labels alone.",
+        + "Rules: each model's `rule` in its spec module (`memdistill/spec/`). Brackets: 95% bootstrap "
+        "intervals (1,000 resamples of the task's units). Trivial baselines come from the gold labels alone.",
         "",
     ]
     L += [f"Skipped: {s}" for s in meta["skipped"]] + ([""] if meta["skipped"] else [])
-    for task, section in (
-        ("router", router_section),
-        ("planner", planner_section),
-        ("gate", gate_section),
-        ("consolidator", consolidator_section),
-        ("segmenter", segmenter_section),
-    ):
-        if results.get(task):
-            L += section(results[task])
-    L += ["![router](router.png)", ""] if "router" in results else []
-    L += ["![planner and gate](planner_gate.png)", ""] if {"planner", "gate"} <= set(results) else []
-    L += ["![consolidator](consolidator.png)", ""] if "consolidator" in results else []
-    L += ["![segmenter](segmenter.png)", ""] if "segmenter" in results else []
+    for task, r in results.items():
+        if r:
+            L += SECTIONS[MODELS[task].metric](task, r) + [f"![{task}]({task}.png)", ""]
     (out / "report.md").write_text("\n".join(L))
     charts(out, results, meta)
 
@@ -478,7 +345,7 @@ def _trivial(name: str, figures: list[float], width: int) -> list[str]:
     return [name, *(f"{x:.4f}" for x in figures)] + ["–"] * (width - 1 - len(figures))
 
 
-def router_section(r: dict) -> list[str]:
+def router_section(task: str, r: dict) -> list[str]:
     labs = memory_type.LABELS
     first = next(iter(r.values()))
     base = first["majority_baseline"]
@@ -517,11 +384,12 @@ def router_section(r: dict) -> list[str]:
     return L + ["", f"{first['n']} snippets.", ""]
 
 
-def planner_section(p: dict) -> list[str]:
-    cs = recall_plan.COMPLEXITIES
+def class_section(task: str, p: dict) -> list[str]:
+    """A single-label model (planner, query typer): accuracy, macro-F1 and F1 per class."""
+    cs = MODELS[task].labels
     first = next(iter(p.values()))
     base = first["majority_baseline"]
-    L = ["## Recall planner", ""]
+    L = [f"## {MODELS[task].summary.split(':')[0]}", ""]
     L += md_table(
         ["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in cs] + ["valid", "seconds"],
         [
@@ -534,7 +402,7 @@ def planner_section(p: dict) -> list[str]:
     return L + ["", f"{first['n']} questions.", ""]
 
 
-def gate_section(gate: dict) -> list[str]:
+def gate_section(task: str, gate: dict) -> list[str]:
     g = next(iter(gate.values()))
     base = g["keep_all_baseline"]
     cols = ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share", "kept_per_example", "valid_rate"]
@@ -558,7 +426,7 @@ def gate_section(gate: dict) -> list[str]:
     ]
 
 
-def consolidator_section(c: dict) -> list[str]:
+def consolidator_section(task: str, c: dict) -> list[str]:
     first = next(iter(c.values()))
     base = first["majority_baseline"]
     acts = consolidation.ACTIONS
@@ -583,7 +451,7 @@ def consolidator_section(c: dict) -> list[str]:
     return L + [""]
 
 
-def segmenter_section(c: dict) -> list[str]:
+def segmenter_section(task: str, c: dict) -> list[str]:
     first = next(iter(c.values()))
     keys = ["precision", "recall", "f1", "accuracy", "kappa", "pk", "windowdiff"]
     L = [
@@ -627,53 +495,64 @@ def _decision_id(row: dict) -> str | None:
     return f"{row['conversation_id']}/{row['turn_id']}" if "turn_id" in row else None
 
 
+def router_chart(r: dict, title: str) -> tuple[dict, list[str], None]:
+    labs = memory_type.LABELS
+    values = {
+        name: [s["overall"]["acc"], s["overall"]["f1"]]
+        + [s[lab][m] for lab in labs for m in ("acc", "f1")]
+        + [s["overall"]["exact_set"]]
+        for name, s in r.items()
+    }
+    return (
+        values,
+        ["overall ACC", "overall F1"] + [f"{lab} {m}" for lab in labs for m in ("acc", "F1")] + ["exact set"],
+        None,
+    )
+
+
+def _bars(keys: list[str], labels: list[str] | None = None):
+    def chart(r: dict, title: str):
+        values, intervals = bars_of(r, keys)
+        return values, labels or keys, intervals
+
+    return chart
+
+
+def consolidator_chart(r: dict, title: str):
+    acts = consolidation.ACTIONS
+    values = {name: [s["accuracy"], s["macro_f1"]] + [s["per_action"][a]["f1"] for a in acts] for name, s in r.items()}
+    return values, ["accuracy", "macro-F1"] + [f"F1 {a}" for a in acts], None
+
+
+# Per grader (`CompactModel.metric`): the report section and the chart of its figures.
+SECTIONS = {
+    "router_scores": router_section,
+    "planner_scores": class_section,
+    "querytyper_scores": class_section,
+    "gate_scores": gate_section,
+    "consolidator_scores": consolidator_section,
+    "segmenter_scores": segmenter_section,
+}
+CHARTS = {
+    "router_scores": router_chart,
+    "planner_scores": _bars(["accuracy", "macro_f1"]),
+    "querytyper_scores": _bars(["accuracy", "macro_f1"]),
+    "gate_scores": _bars(["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
+    "consolidator_scores": consolidator_chart,
+    "segmenter_scores": _bars(
+        ["precision", "recall", "f1", "kappa", "pk", "windowdiff"],
+        ["boundary P", "boundary R", "boundary F1", "kappa", "Pk (lower better)", "WindowDiff (lower better)"],
+    ),
+}
+
+
 def charts(out: Path, results: dict, meta: dict) -> None:
-    if "router" in results:
-        cols = ["overall ACC", "overall F1"] + [f"{lab} {m}" for lab in memory_type.LABELS for m in ("acc", "F1")]
-        grouped_bars(
-            out / "router.png",
-            {
-                name: [s["overall"]["acc"], s["overall"]["f1"]]
-                + [s[lab][m] for lab in memory_type.LABELS for m in ("acc", "f1")]
-                + [s["overall"]["exact_set"]]
-                for name, s in results["router"].items()
-            },
-            cols + ["exact set"],
-            f"type router, gold {meta['split']} split",
-            size=(9, 3.8),
-        )
-    if {"planner", "gate"} <= set(results):
-        fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
-        for ax, (task, keys) in zip(
-            axes,
-            (
-                ("planner", ["accuracy", "macro_f1"]),
-                ("gate", ["keep_precision", "keep_recall", "keep_f1", "tokens_removed_share"]),
-            ),
-        ):
-            values, intervals = bars_of(results[task], keys)
-            draw_grouped_bars(ax, values, keys, task, rotation=15, intervals=intervals)
-        save_figure(fig, out / "planner_gate.png")
-    if "consolidator" in results:
-        grouped_bars(
-            out / "consolidator.png",
-            {
-                name: [s["accuracy"], s["macro_f1"]] + [s["per_action"][a]["f1"] for a in consolidation.ACTIONS]
-                for name, s in results["consolidator"].items()
-            },  # fmt: skip
-            ["accuracy", "macro-F1"] + [f"F1 {a}" for a in consolidation.ACTIONS],
-            f"consolidator, gold {meta['split']} split",
-        )
-    if "segmenter" in results:
-        keys = ["precision", "recall", "f1", "kappa", "pk", "windowdiff"]
-        values, intervals = bars_of(results["segmenter"], keys)
-        grouped_bars(
-            out / "segmenter.png",
-            values,
-            ["boundary P", "boundary R", "boundary F1", "kappa", "Pk (lower better)", "WindowDiff (lower better)"],
-            f"topic segmenter, gold {meta['split']} split",
-            intervals=intervals,
-        )
+    """One PNG per model: its headline figures for every system, with intervals where the figures carry them."""
+    for task, r in results.items():
+        if r:
+            title = f"{task}, gold {meta['split']} split"
+            values, labels, intervals = CHARTS[MODELS[task].metric](r, title)
+            grouped_bars(out / f"{task}.png", values, labels, title, size=(9, 3.8), intervals=intervals)
 
 
 def main(argv=None) -> int:

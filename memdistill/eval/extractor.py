@@ -100,7 +100,7 @@ def topic_starts(conv, how: str | None, seed) -> set[str] | None:
 @functools.lru_cache(maxsize=None)
 def _segmenter(model_dir: str):
     """One in-process segmenter per directory for the whole run (every conversation asks it)."""
-    from memdistill.train.encoder import Encoder
+    from memdistill.core.encoder import Encoder
 
     return Encoder(model_dir)
 
@@ -198,8 +198,8 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
     for q, o in zip(qs, qout):
         rows.append({"model": model, "question_id": q["question_id"], "raw": o.text})
     metrics = {
-        "extraction": scores.summary(),
-        "query_parse": query_scores([o.text for o in qout], qs),
+        "extractor": scores.summary(),
+        "query_parser": query_scores([o.text for o in qout], qs),
         "generation_seconds": round(gen_time, 1),
     }
     return metrics, rows
@@ -236,8 +236,8 @@ def run(cfg: EvalConfig) -> Path:
                 {
                     "split": cfg.split,
                     "source": str(out / "metrics.json"),
-                    "extraction": headline(r["extraction"], COUNT_COLUMNS + EXTRACTION_COLUMNS),
-                    "query_parse": headline(r["query_parse"], QUERY_COLUMNS),
+                    "extractor": headline(r["extractor"], COUNT_COLUMNS + EXTRACTION_COLUMNS),
+                    "query_parser": headline(r["query_parser"], QUERY_COLUMNS),
                 },
             )
     return out
@@ -284,8 +284,8 @@ QUERY_COLUMNS = [
     "keyword_f1",
 ]
 CHART_COLUMNS = {
-    "extraction": EXTRACTION_COLUMNS[:13],
-    "query_parse": [c for c in QUERY_COLUMNS if c != "assistant_trigger_gold_rate"],
+    "extractor": EXTRACTION_COLUMNS[:13],
+    "query_parser": [c for c in QUERY_COLUMNS if c != "assistant_trigger_gold_rate"],
 }
 
 DEFINITIONS = """\
@@ -367,9 +367,9 @@ def confusion_table(label: str, q: dict) -> list[str]:
 
 
 def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_questions: int) -> None:
-    first = next(iter(results.values()))["extraction"]
-    ext = [r["extraction"] for r in results.values()]
-    qa = [r["query_parse"] for r in results.values()]
+    first = next(iter(results.values()))["extractor"]
+    ext = [r["extractor"] for r in results.values()]
+    qa = [r["query_parser"] for r in results.values()]
     lines = [
         f"# Extractor evaluation ({cfg.split} split of {cfg.seed_dir})",
         "",

@@ -167,7 +167,7 @@ def ask_teacher(cfg: FidelityConfig, wins, styles) -> tuple[list[TeacherOutput],
 
 def labels_path(path: str) -> Path:
     p = Path(path)
-    for cand in (p, p / "labels.jsonl", p / "extraction" / "labels.jsonl"):
+    for cand in (p, p / "labels.jsonl", p / "extractor" / "labels.jsonl"):
         if cand.is_file():
             return cand
     raise ConfigError(f"teacher_labels {path}: no labels.jsonl there (expected the labelling job's file or label dir)")
@@ -182,7 +182,7 @@ def teacher_from_labels(path: str, wins) -> tuple[list[TeacherOutput], dict]:
     f = labels_path(path)
     by_window, settings = {}, set()
     for rec in recover_log(f):
-        if rec.get("job") == "extraction":
+        if rec.get("job") == "extractor":
             by_window[_window_key(rec["input"]["window"])] = rec
             settings.add(f"{rec['input']['style']} {'/'.join(map(str, rec['input']['window_setting']))}")
     missing = [w for w in wins if _window_key(w.to_json()) not in by_window]
@@ -249,7 +249,7 @@ def run(cfg: FidelityConfig) -> Path:
     # the extractor eval's own generation (cached) and scoring, with the teacher's records as the reference
     metrics, rows = evaluate_model(cfg.student, ev, _Reference(sw, st), sw, [], embedder)
     rows = [r for r in rows if "window_index" in r]
-    vs_teacher = metrics["extraction"]
+    vs_teacher = metrics["extractor"]
 
     result = {
         "student": cfg.student,

@@ -126,10 +126,11 @@ def retrieval(bank, questions, scopes: dict[str, list[str] | None], ks: list[int
 
 
 def run(cfg: TypingEvalConfig) -> Path:
+    from memdistill.core.encoder import Encoder
     from memdistill.data import seed as seedlib
     from memdistill.data.questions import seed_questions
     from memdistill.eval.encoders import rule_router, zero_shot_lm
-    from memdistill.train.encoder import Encoder, read_rows
+    from memdistill.train.encoder import read_rows
 
     out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 # bootstrap_ci lives in stats; re-exported here for existing importers
 from memdistill.metrics.stats import bootstrap_ci
-from memdistill.spec import consolidation, memory_type, query_type, recall_gate, recall_plan
+from memdistill.spec import MODELS, consolidation, memory_type, query_type, recall_gate, recall_plan
 
 
 def binary_prf(pred: list[bool], gold: list[bool]) -> dict:
@@ -328,16 +328,27 @@ def _kappa(tp: int, fp: int, fn: int, n: int) -> float:
     return _div((n - fp - fn) / n - chance, 1 - chance)
 
 
-def task_scores(task: str, pred, rows: list[dict]) -> dict:
-    """An encoder task's figures for decisions on its built rows (gate: kept ids per example, or None)."""
-    if task == "router":
-        return router_scores(pred, [r["labels"] for r in rows])
-    if task == "planner":
-        return class_scores(pred, [r["label"] for r in rows], recall_plan.COMPLEXITIES)
-    if task == "consolidator":
-        return consolidator_scores(pred, [r["label"] for r in rows])
-    if task == "segmenter":
-        return segmenter_scores(pred, rows)
-    if task == "querytyper":
-        return class_scores(pred, [r["label"] for r in rows], query_type.LABELS)
-    return gate_scores(gate_examples(rows), pred)
+# The graders the spec records name (`CompactModel.metric`): decisions on a model's items -> its figures.
+# The gate's items are its examples (a question with its candidates), every other model's its built rows.
+GRADERS = {
+    "router_scores": lambda pred, rows: router_scores(pred, [r["labels"] for r in rows]),
+    "planner_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], recall_plan.COMPLEXITIES),
+    "consolidator_scores": lambda pred, rows: consolidator_scores(pred, [r["label"] for r in rows]),
+    "segmenter_scores": lambda pred, rows: segmenter_scores(pred, rows),
+    "querytyper_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], query_type.LABELS),
+    "gate_scores": lambda pred, rows: gate_scores(gate_examples(rows), pred),
+}
+
+
+def score(name: str, pred, rows: list[dict]) -> dict:
+    """A model's figures for its decisions on its built rows (gate: kept ids per example, or None)."""
+    return GRADERS[MODELS[name].metric](pred, rows)
+
+
+def decisions(name: str, probs: list[list[float]], rows: list[dict]) -> list:
+    """Served probabilities on built rows -> the model's decisions, as the SDK makes them (the gate selects
+    per example under its budgets)."""
+    m = MODELS[name]
+    if m.head != "pair_score":
+        return [m.decide(p) for p in probs]
+    return [recall_gate.select(e["scores"], e["complexity"]) for e in gate_examples(rows, [m.decide(p) for p in probs])]

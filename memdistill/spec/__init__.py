@@ -1,6 +1,8 @@
 """memdistill.spec: the one contract every memdistill stage imports.
 
-Each compact model's schema, prompts, parser and label set live in exactly one module here:
+Each compact model's schema, prompts, parser, label set, training row, teacher request, decision rule
+and metric live in exactly one module here, stated once as its `MODEL` record (`memdistill.spec.compact`);
+`MODELS` below is the table every stage loops over:
 
 - `memdistill.spec.dialogue`     turns, sessions, conversations, timestamps, overlapping windows, rendering
 - `memdistill.spec.extraction`   DimMem memory records (extractor LM)
@@ -21,7 +23,9 @@ reason codes (see `memdistill.spec.jsonout`).
 # datasets. Carried into every dataset row and model card; training refuses a mismatched dataset.
 SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extraction.compact_record)
 
-TASKS = (
+# The compact models, in teacher-job order (a job reads the labels of the jobs before it). Each spec module
+# states its model once, as `MODEL` (memdistill.spec.compact.CompactModel); this is the only list of them.
+_MODULES = (
     "extraction",
     "query_parse",
     "memory_type",
@@ -33,10 +37,20 @@ TASKS = (
 )
 
 
-def task_module(task: str):
-    """The spec module that owns `task` (one of TASKS)."""
+def _table() -> dict:
     import importlib
 
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    return importlib.import_module(f"memdistill.spec.{task}")
+    return {m.name: m for m in (importlib.import_module(f"memdistill.spec.{mod}").MODEL for mod in _MODULES)}
+
+
+MODELS = _table()  # name -> CompactModel
+NAMES = tuple(MODELS)
+ENCODERS = tuple(n for n, m in MODELS.items() if m.encoder)
+TRAINING_SETS = tuple(dict.fromkeys(m.built for m in MODELS.values()))
+
+
+def model(name: str):
+    """The CompactModel called `name`; a ValueError lists the names there are."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(NAMES)}")
+    return MODELS[name]

@@ -19,6 +19,7 @@ from typing import Callable, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.extraction import MAX_CONTENT_CHARS, MAX_KEYWORDS, Dimension, inline_refs, time_problem
 from memdistill.spec.jsonout import Problem, load_json, norm_keywords, norm_str
 
@@ -404,3 +405,67 @@ def _merged(item, problems: list[Problem]) -> MergedRecord | None:
     except ValidationError as e:
         problems.append(Problem("bad_merged", str(e).splitlines()[0]))
         return None
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict) -> list[dict]:
+    """inp: the two records as StoredRecord JSON ("new", "existing"); label: action and merged record."""
+    new, old = (StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
+    return [
+        {
+            "text": encoder_text(new, old),
+            "label": label["action"],
+            "label_id": ACTIONS.index(label["action"]),
+            "merged": label.get("merged"),
+            "new": inp["new"],
+            "existing": inp["existing"],
+        }
+    ]
+
+
+def teacher_requests(inp: dict) -> list[Request]:
+    new, old = (StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
+    return [Request(chat_messages(new, old, "teacher"), json_schema(), "decision")]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    new, old = (StoredRecord.from_json(inp[k]) for k in ("new", "existing"))
+    res = parse(texts[0], new, old)
+    label = {"action": res.action, "merged": res.merged.model_dump() if res.merged else None}
+    return Answer(res.ok, label if res.ok else None, res.problems)
+
+
+def _pair(row: dict) -> tuple[StoredRecord, StoredRecord]:
+    """A built row's (new, existing) records."""
+    return StoredRecord.from_json(row["new"]), StoredRecord.from_json(row["existing"])
+
+
+def _zero_shot(chat, row: dict) -> str | None:
+    new, old = _pair(row)
+    res = parse(chat(chat_messages(new, old), json_schema(), "decision", 384), new, old)
+    return res.action if res.ok else None
+
+
+MODEL = CompactModel(
+    name="consolidator",
+    summary="DimMem memory-update consolidator (cross-encoder over one text holding both records): (new record, "
+    "existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by `consolidation.merge_rule`; DimMem 3.4",
+    head="softmax",
+    unit="pair",
+    labels=ACTIONS,
+    rows=training_rows,
+    requests=teacher_requests,
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda p: {"action": p["action"], "merged": p.get("merged")},
+    max_tokens=512,
+    inputs=lambda row: (" ".join(need(row, "text").split()),),
+    decide=action_of,
+    rule=lambda row: rule_action(*_pair(row)),
+    zero_shot=_zero_shot,
+    metric="consolidator_scores",
+    dev_metric="macro_f1",
+    after=("extractor",),
+)

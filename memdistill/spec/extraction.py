@@ -15,8 +15,10 @@ from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memdistill.spec.compact import Answer, CompactModel, Request
 from memdistill.spec.dialogue import Window
 from memdistill.spec.jsonout import Problem, load_json, norm_keywords, norm_str
+from memdistill.spec.render import sft_row
 
 MEMORY_TYPES = ("fact", "episodic", "profile")
 MemoryType = Literal["fact", "episodic", "profile"]
@@ -457,3 +459,65 @@ def records_for_window(window: Window, gold: Iterable[dict]) -> list[MemoryRecor
         )
         for n, _, g in sorted(picked, key=lambda x: (x[0], x[1]))
     ]
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict, prompt: str = "student", compact: bool = True) -> list[dict]:
+    """inp: a window (`Window.to_json`), its conversation style and window setting; label: its records."""
+    w = Window.from_json(inp["window"])
+    recs = [MemoryRecord.model_validate(r) for r in label["records"]]
+    return [
+        sft_row(
+            chat_messages(w, prompt),
+            render_completion(recs, compact),
+            task=MODEL.name,
+            window_index=w.window_index,
+            window=list(inp["window_setting"]),
+            style=inp["style"],
+            n_records=len(recs),
+            student_prompt=prompt,
+        )
+    ]
+
+
+def dropped(text: str, window: Window, res: ParseResult) -> list[Problem]:
+    """One `record_dropped` problem per raw record the parser did not keep, detailed with the parser's
+    own last code for that record (source_in_overlap, bad_memory_type, duplicate_record, ...)."""
+    if res.raw_count <= len(res.records):
+        return []
+    value, _ = load_json(text, list_key="memories")
+    kept = [r.model_dump() for r in res.records]
+    out = []
+    for i, raw in enumerate(value.get("memories", []) if isinstance(value, dict) else []):
+        alone = parse(json.dumps({"memories": [raw]}), window).records
+        if alone and alone[0].model_dump() in kept:
+            kept.remove(alone[0].model_dump())
+            continue
+        codes = [p.code for p in res.problems if p.index == i]
+        out.append(Problem("record_dropped", codes[-1] if codes else "unknown", i))
+    return out
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    w = Window.from_json(inp["window"])
+    res = parse(texts[0], w)
+    label = {"records": [x.model_dump(exclude_none=True) for x in res.records], "raw_count": res.raw_count}
+    return Answer(res.ok, label, res.problems + dropped(texts[0], w, res))
+
+
+MODEL = CompactModel(
+    name="extractor",
+    summary="DimMem extractor: a dialogue window -> typed memory records (content, memory_type, time, location, "
+    "reason, purpose, keywords); DimMem 3.2",
+    head="lm",
+    unit="window",
+    rows=training_rows,
+    requests=lambda inp: [
+        Request(chat_messages(Window.from_json(inp["window"]), "teacher", inp["style"]), json_schema(), "memories")
+    ],
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda g: {"records": g["records"]},
+)

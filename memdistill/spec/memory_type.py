@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json, norm_bool, norm_str
 
 LABELS = ("EM", "PM", "GM")
@@ -184,3 +185,99 @@ def parse_binary(raw: str | None) -> tuple[bool | None, list[Problem]]:
         if re.search(r"\b(no|false|none)\b", text):
             return False, [Problem("decision_from_text", "no read from plain text")]
     return None, problems + [Problem("unreadable_decision", "neither yes nor no")]
+
+
+# --- rule baseline (written from the label definitions, not fitted to data) ----------------------------
+
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_TIME = re.compile(
+    rf"\b(yesterday|today|tonight|tomorrow|ago|last (week|month|year|night|weekend|time)|"
+    rf"next (week|month|year|weekend)|this (morning|week|weekend|afternoon|evening)|"
+    rf"on ({_DAYS})|({_MONTHS})|({_DAYS})|(19|20)\d\d|just (got|had|finished|bought|started))\b",
+    re.I,
+)
+_FIRST_PERSON_FACT = re.compile(
+    r"\b(i am|i'm|i've|i have|i love|i like|i hate|i prefer|i always|i usually|i never|"
+    r"my (wife|husband|partner|son|daughter|sister|brother|mom|mum|dad|mother|father|"
+    r"family|job|kids?|dog|cat|boss|friend|favou?rite)|i work|i live)\b",
+    re.I,
+)
+_GENERAL = re.compile(
+    r"\b(is a|are a|means|usually|typically|generally|in general|for example|recommend|try|"
+    r"you can|you could|aim for|it's best|the best)\b",
+    re.I,
+)
+
+
+def rule_labels(snippet: str) -> list[str]:
+    """EM: a time expression (date, weekday, month, yesterday, last/next ...). PM: a first-person lasting
+    fact (I'm, I love/prefer/always, my <relative/job/pet>). GM: a non-first-person explanatory or advice
+    sentence (usually, for example, you can, recommend ...) of at least 12 words."""
+    text = encoder_text(snippet)
+    body = text.split(":", 1)[1] if re.match(r"^[\w .'-]{1,30}:", text) else text
+    labels = []
+    if _TIME.search(body):
+        labels.append("EM")
+    if _FIRST_PERSON_FACT.search(body):
+        labels.append("PM")
+    if _GENERAL.search(body) and len(body.split()) >= 12:
+        labels.append("GM")
+    return labels
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict) -> list[dict]:
+    return [
+        {
+            "text": encoder_text(inp["text"]),
+            "labels": [lab for lab in LABELS if lab in label["labels"]],
+            "label_vector": to_vector(label["labels"]),
+        }
+    ]
+
+
+def teacher_requests(inp: dict) -> list[Request]:
+    """mode "binary" (the default): one yes/no request per type, as the MemoType authors found more accurate
+    than one multi-label prompt; "single": one multi-label request."""
+    if inp.get("mode") == "single":
+        return [Request(chat_messages(inp["text"], "teacher"), json_schema(), "labels")]
+    return [Request(chat_messages(inp["text"], "binary", lab), json_schema(binary=True), "decision") for lab in LABELS]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    if inp.get("mode") == "single":
+        res = parse(texts[0])
+        return Answer(res.ok, {"labels": res.labels} if res.ok else None, res.problems)
+    decisions, problems = {}, []
+    for lab, text in zip(LABELS, texts):
+        decisions[lab], probs = parse_binary(text)
+        problems += [Problem(p.code, f"{lab}: {p.detail}") for p in probs]
+    ok = None not in decisions.values()
+    return Answer(
+        ok, {"labels": [lab for lab, b in decisions.items() if b], "decisions": decisions} if ok else None, problems
+    )
+
+
+MODEL = CompactModel(
+    name="router",
+    summary="TriMEM memory type router: a snippet -> a subset of EM / PM / GM (none = no label); MemoType 2.2",
+    head="multi_label",
+    unit="snippet",
+    labels=LABELS,
+    rows=training_rows,
+    requests=teacher_requests,
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda s: {"labels": s["labels"]},
+    max_tokens=64,
+    inputs=lambda row: (encoder_text(need(row, "text")),),
+    decide=from_probs,
+    rule=lambda row: rule_labels(row["text"]),
+    zero_shot=lambda chat, row: parse(chat(chat_messages(row["text"]), json_schema(), "labels", 32)).labels,
+    tuning="per_label",
+    metric="router_scores",
+    dev_metric="macro_ap",
+)

@@ -12,9 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memdistill.spec.compact import Answer, CompactModel, Request
 from memdistill.spec.dialogue import format_timestamp, parse_timestamp
 from memdistill.spec.extraction import MEMORY_TYPES, TYPE_ALIASES, MemoryType, inline_refs
 from memdistill.spec.jsonout import Problem, load_json, norm_bool, norm_keywords, norm_str
+from memdistill.spec.render import sft_row
 
 ANSWER_DIMS = ("content", "time", "location", "reason", "purpose", "keywords", "")
 AnswerDim = Literal["content", "time", "location", "reason", "purpose", "keywords", ""]
@@ -215,3 +217,34 @@ def time_range(qt: str):
     except (ValueError, TypeError):
         return None
     return {"on": (lo, hi), "around": (lo, hi), "before": (None, hi), "after": (lo, None)}.get(op)
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict, **_) -> list[dict]:
+    messages = chat_messages(inp["question"], inp["question_date"], "student")
+    return [sft_row(messages, render_completion(QueryAnalysis.model_validate(label)), task=MODEL.name)]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    res = parse(texts[0])
+    return Answer(res.ok, res.query.model_dump() if res.ok else None, res.problems)
+
+
+MODEL = CompactModel(
+    name="query_parser",
+    summary="DimMem query parser (the extractor's LM and adapter): a question and its date -> query anchor, "
+    "assistant trigger, target memory types, keywords, time and location constraints, answer dimension; DimMem 3.3",
+    head="lm",
+    unit="question",
+    training_set="extractor",
+    rows=training_rows,
+    requests=lambda inp: [
+        Request(chat_messages(inp["question"], inp["question_date"], "teacher"), json_schema(), "query")
+    ],
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda q: q["query"],
+    max_tokens=512,
+)

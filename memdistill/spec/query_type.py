@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json, norm_str
 from memdistill.spec.memory_type import LABELS as MEMORY_TYPES
+from memdistill.spec.memory_type import rule_labels
 
 K = 5
 NONE = "none"
@@ -118,3 +120,36 @@ def in_scope(record_types, query_type: str | None) -> bool:
     """Whether a record with TriMEM labels `record_types` (None = never typed) is searched for a query of
     `query_type` (None or NONE = no scope)."""
     return not query_type or query_type == NONE or not record_types or query_type in record_types
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    res = parse(texts[0])
+    return Answer(res.ok, {"memories": res.memories} if res.ok else None, res.problems)
+
+
+MODEL = CompactModel(
+    name="querytyper",
+    summary="MemoType query typer: a question -> the TriMEM type its answer is stored as (EM / PM / GM / none), "
+    "distilled from the type router's majority vote over memories that answer it; MemoType 2.2",
+    head="softmax",
+    unit="question",
+    labels=LABELS,
+    # the label is cast at training time: the router's vote over these memories (labelled_by)
+    rows=lambda inp, label: [{"text": encoder_text(inp["question"]), "memories": label["memories"]}],
+    requests=lambda inp: [Request(chat_messages(inp["question"], "teacher"), json_schema(), "memories")],
+    read=read_teacher,
+    parse=parse,
+    # offline, the K memories are the question's first K gold evidence turns (`Speaker: text`)
+    gold_label=lambda q: {"memories": q["evidence_texts"][:K]},
+    max_tokens=640,
+    inputs=lambda row: (" ".join(need(row, "text").split()),),
+    decide=label_of,
+    # the type router's rule on the question itself: its first label, none when it finds none
+    rule=lambda row: next(iter(rule_labels(row["text"])), NONE),
+    metric="querytyper_scores",
+    dev_metric="macro_f1",
+    labelled_by="router",
+)

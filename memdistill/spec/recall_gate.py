@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json
-from memdistill.spec.recall_plan import COMPLEXITIES
+from memdistill.spec.recall_plan import COMPLEXITIES, heuristic_keywords, stem
 
 # Most memories the gate may keep, and the planner's recall budget in memdistill.runtime: memdistill's own
 # flat caps, since its bank has no hierarchy. TiMem caps no gate output; its planner sets per-level budgets
@@ -145,3 +146,70 @@ def parse(raw: str | None, n_candidates: int | None = None, complexity: str | No
         ids = ids[: BUDGETS[complexity]]
     res.kept_ids = ids
     return res
+
+
+# --- rule baseline (written from the label definitions, not fitted to data) ----------------------------
+
+
+def rule_keep(question: str, complexity: str, candidates: list[str]) -> list[int]:
+    """Keyword overlap: the question's 1-3 keywords (`heuristic_keywords`, proper nouns left
+    out: every candidate of a conversation names the same people) matched by their first five letters
+    in each candidate; a candidate sharing one keyword or more is kept, most shared first, within
+    `BUDGETS[complexity]`."""
+    names = [w.strip("'\".,?!:;()").removesuffix("'s") for w in question.split()[1:] if w[:1].isupper()]
+    kws = {stem(w) for k in heuristic_keywords(question, names) for w in k.split()}
+    scores = [len(kws & {stem(w) for w in c.split()}) / max(len(kws), 1) for c in candidates]
+    ranked = sorted((i for i, s in enumerate(scores, 1) if s > 0), key=lambda i: (-scores[i - 1], i))
+    return ranked[: BUDGETS[complexity]]
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict) -> list[dict]:
+    """One (question with complexity, candidate) pair per candidate, labelled keep (1.0) or drop (0.0)."""
+    kept, query = set(label["kept_ids"]), pair_query(inp["question"], inp["complexity"])
+    return [
+        {"query": query, "text": c, "label": 1.0 if i in kept else 0.0, "candidate_id": i}
+        for i, c in enumerate(inp["candidates"], 1)
+    ]
+
+
+def teacher_requests(inp: dict) -> list[Request]:
+    messages = chat_messages(inp["question"], inp["complexity"], inp["candidates"], "teacher")
+    return [Request(messages, json_schema(), "gate")]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    res = parse(texts[0], n_candidates=len(inp["candidates"]), complexity=inp["complexity"])
+    return Answer(res.ok, {"kept_ids": res.kept_ids} if res.ok else None, res.problems)
+
+
+def _zero_shot(chat, ex: dict) -> list[int] | None:
+    text = chat(chat_messages(ex["question"], ex["complexity"], ex["candidates"]), json_schema(), "gate", 128)
+    res = parse(text, n_candidates=len(ex["candidates"]), complexity=ex["complexity"])
+    return res.kept_ids if res.ok else None
+
+
+MODEL = CompactModel(
+    name="gate",
+    summary="TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep probability; "
+    "kept ids under per-complexity budgets; TiMem 3.3",
+    head="pair_score",
+    unit="gate",
+    labels=("keep",),
+    rows=training_rows,
+    requests=teacher_requests,
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda g: {"kept_ids": g["kept_ids"]},
+    max_tokens=512,
+    inputs=lambda row: (need(row, "query"), need(row, "text")),
+    decide=lambda probs: probs[0],
+    rule=lambda ex: rule_keep(ex["question"], ex["complexity"], ex["candidates"]),
+    zero_shot=_zero_shot,
+    tuning="budgeted_keep",
+    metric="gate_scores",
+    dev_metric="ap",
+    after=("extractor", "planner"),
+)

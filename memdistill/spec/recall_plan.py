@@ -8,11 +8,13 @@ adapter) or, offline, from `heuristic_keywords` below.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json, norm_keywords, norm_str
 
 COMPLEXITIES = ("simple", "hybrid", "complex")
@@ -155,3 +157,84 @@ def parse(raw: str | None, names=()) -> ParseResult:
         return res
     res.plan = RecallPlan(complexity=c, keywords=kws)
     return res
+
+
+# --- rule baseline (written from the label definitions, not fitted to data) ----------------------------
+
+_COMPLEX = re.compile(
+    r"^(would|could|should|might|is \w+ likely|are \w+ likely|do you think)\b|\b(likely|enjoy|prefer|"
+    r"suit|recommend|personality|values?|trend|over (the|time)|grown|changed|evolved|why|habits?|"
+    r"easier|better|best|given what you know)\b",
+    re.I,
+)
+_HYBRID = re.compile(
+    r"\b(how many|how often|which \w+s\b|what \w+s (has|have|did)|list|all the|both|and (why|how|when|"
+    r"where|what)|compare|between|each|so far|in total)\b",
+    re.I,
+)
+
+
+def rule_complexity(question: str) -> str:
+    """complex: hypotheticals or judgement words (would/could/should, likely, enjoy, prefer, recommend,
+    why, changed/grown/trend ...); hybrid: gathering words (how many/often, list, both, all, compare,
+    '... and why/how'); otherwise simple."""
+    if _COMPLEX.search(question):
+        return "complex"
+    if _HYBRID.search(question):
+        return "hybrid"
+    return "simple"
+
+
+def stem(w: str) -> str:
+    """A word's first five letters, lower-cased and unpunctuated: how the rule baselines match words."""
+    return w.lower().strip("'\".,?!:;()")[:5]
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def encoder_text(question: str) -> str:
+    return " ".join(question.split())
+
+
+def training_rows(inp: dict, label: dict) -> list[dict]:
+    c = label["complexity"]
+    return [
+        {
+            "text": encoder_text(inp["question"]),
+            "label": c,
+            "label_id": COMPLEXITIES.index(c),
+            "keywords": label["keywords"],
+        }
+    ]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    res = parse(texts[0], names=inp.get("names") or ())
+    return Answer(res.ok, res.plan.model_dump() if res.ok else None, res.problems)
+
+
+def _zero_shot(chat, row: dict) -> str | None:
+    res = parse(chat(chat_messages(row["text"]), json_schema(), "plan", 64))
+    return res.plan.complexity if res.ok else None
+
+
+MODEL = CompactModel(
+    name="planner",
+    summary="TiMem recall planner: a question -> simple / hybrid / complex (+ 1-3 keywords); TiMem 3.3",
+    head="softmax",
+    unit="question",
+    labels=COMPLEXITIES,
+    rows=training_rows,
+    requests=lambda inp: [Request(chat_messages(inp["question"], "teacher"), json_schema(), "plan")],
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda q: q["plan"],
+    max_tokens=128,
+    inputs=lambda row: (encoder_text(need(row, "text")),),
+    decide=complexity_of,
+    rule=lambda row: rule_complexity(row["text"]),
+    zero_shot=_zero_shot,
+    metric="planner_scores",
+    dev_metric="macro_f1",
+)

@@ -12,12 +12,15 @@ Gold labels: data/seed/segments.jsonl, one row per session with the turn ids tha
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.dialogue import Turn, message_text
 from memdistill.spec.jsonout import Problem, load_json
+from memdistill.spec.recall_plan import stem
 
 LABELS = ("DEVELOP", "CHANGE")  # index 1 = a boundary before this utterance
 CONTEXT = 2  # utterances on each side, as TraceMem's prompt
@@ -132,3 +135,84 @@ def episodes(turns: list[Turn], change_turn_ids) -> list[list[Turn]]:
             out.append([])
         out[-1].append(t)
     return out
+
+
+# --- rule baseline (written from the label definitions, not fitted to data) ----------------------------
+
+_TOPIC_CUE = re.compile(
+    r"\b(by the way|btw|anyway|anyways|speaking of|on another note|changing the subject|unrelated|random question|"
+    r"quick question|different question|other news|oh,? (and|also))\b",
+    re.I,
+)
+_FUNCTION = set(
+    "that this with have what your about been just they there from were will would like really think know yeah "
+    "good great thanks thank sure also some more when then than them could should does much very well going "
+    "want need it's i'm that's you're don't".split()
+)
+
+
+def rule_change(row: dict) -> bool:
+    """CHANGE on a topic-shift cue ("by the way", "anyway", "speaking of", ...) or when the utterance (4+
+    content words) shares no content word with the two before it: lexical cohesion, as TextTiling
+    measures it, at its simplest."""
+    target = row["target"].split(": ", 1)[-1]
+    if _TOPIC_CUE.search(target):
+        return True
+
+    def words(line: str) -> set[str]:
+        return {stem(w) for w in line.split(": ", 1)[-1].split() if len(w) > 3 and w.lower() not in _FUNCTION}
+
+    cur = words(row["target"])
+    return len(cur) >= 4 and not cur & set().union(*map(words, row["before"]))
+
+
+# --- the compact model ----------------------------------------------------------------------------
+
+
+def training_rows(inp: dict, label: dict) -> list[dict]:
+    change = label["intent"] == "CHANGE"
+    return [
+        {
+            "text": encoder_text(inp["before"], inp["target"], inp["after"]),
+            "before": inp["before"],
+            "target": inp["target"],
+            "after": inp["after"],
+            "label": LABELS[change],
+            "label_id": int(change),
+        }
+    ]
+
+
+def read_teacher(texts: list[str], inp: dict) -> Answer:
+    res = parse(texts[0])
+    return Answer(res.ok, {"intent": res.intent} if res.ok else None, res.problems)
+
+
+def _zero_shot(chat, row: dict) -> bool | None:
+    res = parse(chat(chat_messages(row["before"], row["target"], row["after"]), json_schema(), "intent", 16))
+    return res.change if res.ok else None
+
+
+MODEL = CompactModel(
+    name="segmenter",
+    summary="TraceMem topic segmenter (cross-encoder over an utterance with two utterances of context on each "
+    "side): CHANGE (opens a topic) / DEVELOP; TraceMem 3.1.1",
+    head="softmax",
+    unit="utterance",
+    labels=LABELS,
+    rows=training_rows,
+    requests=lambda inp: [
+        Request(chat_messages(inp["before"], inp["target"], inp["after"], "teacher"), json_schema(), "intent")
+    ],
+    read=read_teacher,
+    parse=parse,
+    gold_label=lambda u: {"intent": LABELS[u["change"]]},
+    max_tokens=32,
+    inputs=lambda row: (" ".join(need(row, "text").split()),),
+    decide=lambda probs: label_of(probs) == "CHANGE",
+    rule=rule_change,
+    zero_shot=_zero_shot,
+    tuning="change_cut",
+    metric="segmenter_scores",
+    dev_metric="macro_f1",
+)

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
+from memdistill.core.encoder import Encoder
 from memdistill.core.io import atomic_dir, read_jsonl, require_dataset, write_json, write_text
 from memdistill.core.models import read_meta
 from memdistill.core.report import (
@@ -55,44 +56,15 @@ from memdistill.core.report import (
     peak_memory_mb,
     plot_loss,
 )
-from memdistill.spec import (
-    SCHEMA_VERSION,
-    consolidation,
-    memory_type,
-    query_type,
-    recall_gate,
-    recall_plan,
-    topic_segment,
-)
+from memdistill.spec import ENCODERS, MODELS, SCHEMA_VERSION, query_type, recall_gate
 from memdistill.train.extractor import optimisation_args, run_args
 
-TASKS = ("router", "planner", "gate", "consolidator", "segmenter", "querytyper")
-LABELS = {
-    "router": memory_type.LABELS,
-    "planner": recall_plan.COMPLEXITIES,
-    "gate": ("keep",),
-    "consolidator": consolidation.ACTIONS,
-    "segmenter": topic_segment.LABELS,
-    "querytyper": query_type.LABELS,
-}
-# single-label heads: argmax (the segmenter's dev-tuned cut on P(CHANGE) is folded into its bias first)
-SOFTMAX = ("planner", "consolidator", "segmenter", "querytyper")
-# The gate is multi-label with one label so that the Trainer uses BCE (num_labels=1 alone means MSE
-# regression) and vLLM applies a sigmoid.
-PROBLEM_TYPE = {
-    "router": "multi_label_classification",
-    "planner": "single_label_classification",
-    "gate": "multi_label_classification",
-    "consolidator": "single_label_classification",
-    "segmenter": "single_label_classification",
-    "querytyper": "single_label_classification",
-}
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 
 
 @dataclass
 class EncoderConfig:
-    task: str = "router"  # router | planner | gate | consolidator | segmenter | querytyper
+    task: str = "router"  # the model it trains: one of memdistill.spec.ENCODERS
     model: str = "embedded:minilm"
     train_file: str = "data/built/router/train.jsonl"
     eval_file: str | None = "data/built/router/dev.jsonl"  # dev: best epoch + threshold tuning
@@ -124,8 +96,8 @@ class EncoderConfig:
 
 
 def validate(cfg: EncoderConfig) -> None:
-    if cfg.task not in TASKS:
-        raise ConfigError(f"task {cfg.task!r}: expected one of {', '.join(TASKS)}")
+    if cfg.task not in ENCODERS:
+        raise ConfigError(f"task {cfg.task!r}: expected one of {', '.join(ENCODERS)}")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
         raise ConfigError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
     bad = [t for t in cfg.threshold_grid if not 0 < float(t) < 1]
@@ -136,44 +108,19 @@ def validate(cfg: EncoderConfig) -> None:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def _need(row: dict, key: str, where: str):
-    if key not in row:
-        raise ValueError(f"{where}: missing field {key!r}")
-    return row[key]
-
-
-def target(task: str, row: dict, where: str):
-    """The training target of one built row, checked against the spec's label sets."""
-    if task == "router":
-        labels = _need(row, "labels", where)
-        unknown = [x for x in labels if x not in memory_type.LABELS]
-        if unknown:
-            raise ValueError(f"{where}: labels {unknown} are not in {memory_type.LABELS}")
-        return memory_type.to_vector(labels)
-    if task in SOFTMAX:
-        label = _need(row, "label", where)
-        if label not in LABELS[task]:
-            raise ValueError(f"{where}: label {label!r} is not one of {LABELS[task]}")
-        return LABELS[task].index(label)
-    label = _need(row, "label", where)
-    if label not in (0, 1, 0.0, 1.0):
-        raise ValueError(f"{where}: label {label!r} should be 0 or 1")
-    return [float(label)]
-
-
 def model_inputs(task: str, row: dict, where: str = "row") -> tuple:
-    """What the encoder reads: one text (router, planner) or a (query, candidate) pair (gate)."""
-    if task == "gate":
-        return _need(row, "query", where), _need(row, "text", where)
-    text = _need(row, "text", where)
-    return (memory_type.encoder_text(text) if task == "router" else " ".join(text.split()),)
+    """What the encoder reads from a built row (the spec's `inputs`); a missing field names the row."""
+    try:
+        return MODELS[task].inputs(row)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e.args[0].removeprefix('row: ')}") from None
 
 
 def read_rows(path: str, task: str, limit: int | None = None, label_router=None) -> list[dict]:
     """Built rows, each checked (schema version, fields, labels); errors name the file and line.
     Query-typer rows carry memories, not labels: `label_router` (an exported router's directory, or an
     Encoder already loaded) casts the vote (`vote_labels`)."""
-    p = Path(path)
+    p, m = Path(path), MODELS[task]
     if not p.exists():
         raise FileNotFoundError(f"{p}: dataset not found; run `make data`")
     rows = []
@@ -185,17 +132,17 @@ def read_rows(path: str, task: str, limit: int | None = None, label_router=None)
                 f"{SCHEMA_VERSION}; rebuild the dataset with `make data`"
             )
         model_inputs(task, row, where)
-        if task != "querytyper":
-            row["_target"] = target(task, row, where)
+        if not m.labelled_by:
+            row["_target"] = m.target(row, where)
         rows.append(row)
     if not rows:
         raise ValueError(f"{p}: no rows")
-    if task == "querytyper":
+    if m.labelled_by:
         if not label_router:
-            raise ValueError(f"{p}: query-typer rows are labelled by a type router's vote: set label_router")
+            raise ValueError(f"{p}: {task} rows are labelled by a {m.labelled_by}'s vote: set label_router")
         vote_labels(rows, label_router)
         for line_no, row in enumerate(rows, 1):
-            row["_target"] = target(task, row, f"{p}:{line_no}")
+            row["_target"] = m.target(row, f"{p}:{line_no}")
     if limit:
         import random
 
@@ -211,13 +158,14 @@ def vote_labels(rows: list[dict], router) -> list[dict]:
         if not (Path(router) / "config.json").exists():
             raise FileNotFoundError(f"label_router {router}: no exported type router there (run `make train-router`)")
         router = Encoder(router)
-    if router.task != "router":
-        raise ValueError(f"label_router {router.dir}: an exported {router.task}, not a type router")
+    voter = MODELS[query_type.MODEL.labelled_by]
+    if router.task != voter.name:
+        raise ValueError(f"label_router {router.dir}: an exported {router.task}, not a {voter.name}")
     texts = [m for r in rows for m in r["memories"]]
-    probs, k = router.scores([(memory_type.encoder_text(t),) for t in texts]), 0
+    probs, k = router.scores([voter.inputs({"text": t}) for t in texts]), 0
     for r in rows:
         mine, k = probs[k : k + len(r["memories"])], k + len(r["memories"])
-        r["router_labels"] = [memory_type.from_probs(p) for p in mine]
+        r["router_labels"] = [voter.decide(p) for p in mine]
         r["label"] = query_type.vote(mine)
     return rows
 
@@ -241,13 +189,13 @@ def build_model(cfg: EncoderConfig):
 
     from memdistill.core.models import model_path
 
-    base = model_path(cfg.model)
-    labels = LABELS[cfg.task]
+    base, m = model_path(cfg.model), MODELS[cfg.task]
+    labels = m.labels
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForSequenceClassification.from_pretrained(
         base,
         num_labels=len(labels),
-        problem_type=PROBLEM_TYPE[cfg.task],
+        problem_type=m.problem_type,
         dtype=torch.float32,
         id2label=dict(enumerate(labels)),
         label2id={lab: i for i, lab in enumerate(labels)},
@@ -255,35 +203,25 @@ def build_model(cfg: EncoderConfig):
     return model, tok
 
 
-def _metric_name(task: str) -> str:
-    # threshold-free for the sigmoid heads (their thresholds are tuned after training)
-    return {
-        "router": "macro_ap",
-        "planner": "macro_f1",
-        "gate": "ap",
-        "consolidator": "macro_f1",
-        "segmenter": "macro_f1",
-        "querytyper": "macro_f1",
-    }[task]
-
-
 def _compute_metrics(task: str):
     import numpy as np
     from sklearn.metrics import average_precision_score, f1_score
 
+    m = MODELS[task]
+
     def compute(pred) -> dict:
         logits, labels = pred.predictions, pred.label_ids
-        if task in SOFTMAX:
+        if m.softmax:
             return {
                 "macro_f1": f1_score(
-                    labels, logits.argmax(-1), average="macro", labels=list(range(len(LABELS[task]))), zero_division=0
+                    labels, logits.argmax(-1), average="macro", labels=list(range(len(m.labels))), zero_division=0
                 ),
                 "accuracy": float((logits.argmax(-1) == labels).mean()),
             }
         aps = [
             average_precision_score(labels[:, k], logits[:, k]) for k in range(labels.shape[1]) if labels[:, k].any()
         ]
-        return {"macro_ap" if task == "router" else "ap": float(np.mean(aps)) if aps else 0.0}
+        return {m.dev_metric: float(np.mean(aps)) if aps else 0.0}
 
     return compute
 
@@ -304,7 +242,7 @@ def training_args(cfg: EncoderConfig, use_cpu: bool):
         eval_strategy=("epoch" if per_epoch else "steps") if evaluate else "no",
         eval_steps=cfg.save_steps,
         load_best_model_at_end=evaluate,
-        metric_for_best_model=_metric_name(cfg.task) if evaluate else None,
+        metric_for_best_model=MODELS[cfg.task].dev_metric if evaluate else None,
         greater_is_better=True,
         **run_args(cfg, use_cpu),
     )
@@ -336,114 +274,53 @@ def build_trainer(cfg: EncoderConfig):
     return trainer
 
 
-# --- in-process inference (what the served model answers) ------------------------------------------
+# --- thresholds -----------------------------------------------------------------------------------
 
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
-class Encoder:
-    """An exported encoder in process: `scores` returns what vLLM's `/classify` (router, planner) or
-    `/score` (gate) returns for the same input: sigmoid (router, gate) or softmax (planner) outputs of
-    the exported head, thresholds already folded in."""
-
-    def __init__(self, model_dir: str, batch_size: int = 64, model=None, tok=None):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.dir = Path(model_dir) if model_dir else None
-        self.model = (
-            model or AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
-        ).eval()
-        self.tok = tok or AutoTokenizer.from_pretrained(model_dir)
-        self.meta = getattr(self.model.config, "memdistill", None) or {}
-        self.task = self.meta.get("task") or _task_of(self.model.config)
-        self.batch_size = batch_size
-        self.device = next(self.model.parameters()).device
-
-    def scores(self, inputs: list[tuple]) -> list[list[float]]:
-        """One score vector per input; an input is (text,) or, for the gate, (query, candidate)."""
-        import torch
-
-        out = []
-        for i in range(0, len(inputs), self.batch_size):
-            cols = list(zip(*inputs[i : i + self.batch_size]))
-            enc = self.tok(
-                *[list(c) for c in cols],
-                truncation=True,
-                padding=True,
-                return_tensors="pt",
-                max_length=self.tok.model_max_length if self.tok.model_max_length < 10**6 else 512,
-            )
-            enc = {k: v.to(self.device) for k, v in enc.items() if k in self.tok.model_input_names}
-            with torch.no_grad():
-                logits = self.model(**enc).logits.float()
-            act = torch.softmax(logits, -1) if self.task in SOFTMAX else torch.sigmoid(logits)
-            out += act.cpu().tolist()
-        return out
-
-    # decisions, as the SDK makes them from served scores
-    def classify_types(self, snippets: list[str]) -> list[list[str]]:
-        return [memory_type.from_probs(p) for p in self.scores([(memory_type.encoder_text(s),) for s in snippets])]
-
-    def complexity(self, questions: list[str]) -> list[str]:
-        return [recall_plan.complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
-
-    def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
-        q = recall_gate.pair_query(question, complexity)
-        return [s[0] for s in self.scores([(q, c) for c in candidates])]
-
-    def changes(self, texts: list[str]) -> list[bool]:
-        """`topic_segment.encoder_text` texts -> whether each utterance opens a topic."""
-        return [topic_segment.label_of(p) == "CHANGE" for p in self.scores([(t,) for t in texts])]
-
-    def query_types(self, questions: list[str]) -> list[str]:
-        """Questions -> MemoType query type (EM / PM / GM / none), as the query typer learnt the vote."""
-        return [query_type.label_of(p) for p in self.scores([(query_type.encoder_text(q),) for q in questions])]
-
-    def actions(self, pairs) -> list[str]:
-        """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
-        return [
-            consolidation.action_of(p) for p in self.scores([(consolidation.encoder_text(n, o),) for n, o in pairs])
-        ]
+def _best(grid, score_of):
+    return max(grid, key=lambda t: (round(score_of(t), 6), -abs(t - 0.5)))
 
 
-def _task_of(config) -> str:
-    labels = tuple(config.id2label[i] for i in range(config.num_labels))
-    for task, labs in LABELS.items():
-        if labs == labels:
-            return task
-    raise ValueError(f"id2label {labels} matches no memdistill encoder task")
+def _tune_per_label(m, probs, rows, grid) -> dict[str, float]:
+    """Per label, the grid value maximising that label's dev F1 (ties: nearest 0.5)."""
+    from memdistill.metrics.encoders import binary_prf
+
+    out = {}
+    for k, lab in enumerate(m.labels):
+        gold = [r["_target"][k] == 1.0 for r in rows]
+        out[lab] = _best(grid, lambda t, k=k, gold=gold: binary_prf([p[k] >= t for p in probs], gold)["f1"])
+    return out
 
 
-# --- thresholds -----------------------------------------------------------------------------------
+def _tune_budgeted_keep(m, probs, rows, grid) -> dict[str, float]:
+    """One value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples."""
+    from memdistill.metrics.encoders import gate_examples, gate_scores
+
+    examples = gate_examples(rows, [p[0] for p in probs])
+    return {m.labels[0]: _best(grid, lambda t: gate_scores(examples, shift=_logit(t))["keep_f1"])}
+
+
+def _tune_change_cut(m, probs, rows, grid) -> dict[str, float]:
+    """The cut on P(label 1) minimising dev WindowDiff, which counts missed and extra boundaries alike (tuned
+    on boundary F1 instead, the segmenter cut at 0.15: F1 0.486 but Pk 0.424, no better than never cutting)."""
+    from memdistill.metrics.encoders import segmenter_scores
+
+    return {
+        m.labels[1]: _best(grid, lambda t: -segmenter_scores([p[1] >= t for p in probs], rows, ci=False)["windowdiff"])
+    }
+
+
+TUNING = {"per_label": _tune_per_label, "budgeted_keep": _tune_budgeted_keep, "change_cut": _tune_change_cut}
 
 
 def tune_thresholds(task: str, probs: list[list[float]], rows: list[dict], grid) -> dict[str, float]:
-    """Router: per label, the grid value maximising that label's dev F1 (ties: nearest 0.5).
-    Gate: one value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples.
-    Segmenter: the cut on P(CHANGE) minimising dev WindowDiff, which counts missed and extra boundaries alike
-    (tuned on boundary F1 instead, it cut at 0.15: F1 0.486 but Pk 0.424, no better than never cutting)."""
-    from memdistill.metrics.encoders import binary_prf, gate_examples, gate_scores
-
-    def best(score_of):
-        return max(grid, key=lambda t: (round(score_of(t), 6), -abs(t - 0.5)))
-
-    if task == "router":
-        out = {}
-        for k, lab in enumerate(memory_type.LABELS):
-            gold = [r["_target"][k] == 1.0 for r in rows]
-            out[lab] = best(lambda t, k=k, gold=gold: binary_prf([p[k] >= t for p in probs], gold)["f1"])
-        return out
-    if task == "gate":
-        examples = gate_examples(rows, [p[0] for p in probs])
-        return {"keep": best(lambda t: gate_scores(examples, shift=_logit(t))["keep_f1"])}
-    if task == "segmenter":
-        from memdistill.metrics.encoders import segmenter_scores
-
-        return {"CHANGE": best(lambda t: -segmenter_scores([p[1] >= t for p in probs], rows, ci=False)["windowdiff"])}
-    return {}
+    """Dev-tuned decision thresholds, by the model's `tuning` (none for an argmax head)."""
+    m = MODELS[task]
+    return TUNING[m.tuning](m, probs, rows, grid) if m.tuning else {}
 
 
 def fold_thresholds(model, thresholds: dict[str, float]) -> None:
@@ -477,13 +354,13 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
     meta = {
         "task": cfg.task,
         "schema_version": SCHEMA_VERSION,
-        "labels": list(LABELS[cfg.task]),
+        "labels": list(MODELS[cfg.task].labels),
         "thresholds": thresholds,
         "thresholds_folded": folded,
         "decision": _decision_rule(cfg.task, thresholds, folded),
         "base_model": cfg.model,
         "eval_overlap": dataset_overlap(cfg.train_file),
-        **({"label_router": cfg.label_router} if cfg.task == "querytyper" else {}),
+        **({"label_router": cfg.label_router} if MODELS[cfg.task].labelled_by else {}),
     }
     model.config.memdistill = meta
     with atomic_dir(out) as tmp:
@@ -500,17 +377,18 @@ def export(trainer, cfg: EncoderConfig, thresholds: dict, dev_metrics: dict | No
 
 
 def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
-    if task == "segmenter" and thresholds:
-        if not folded:
-            return f"CHANGE when P(CHANGE) >= {thresholds['CHANGE']} (dev-tuned; apply it to the probabilities)"
-        cut = thresholds["CHANGE"]
-        return f"argmax over DEVELOP / CHANGE (cut P(CHANGE) >= {cut}, tuned on dev WindowDiff, folded in)"
-    if task in SOFTMAX:
-        return f"argmax of the softmax over {' / '.join(LABELS[task])}"
+    m = MODELS[task]
     where = (
         "folded into the bias: every served probability is cut at 0.5" if folded else "apply them to the probabilities"
     )
-    if task == "router":
+    if m.tuning == "change_cut" and thresholds:
+        ((lab, cut),) = thresholds.items()
+        if not folded:
+            return f"{lab} when P({lab}) >= {cut} (dev-tuned; apply it to the probabilities)"
+        return f"argmax over {' / '.join(m.labels)} (cut P({lab}) >= {cut}, tuned on dev WindowDiff, folded in)"
+    if m.softmax:
+        return f"argmax of the softmax over {' / '.join(m.labels)}"
+    if m.tuning == "per_label":
         return f"label k present when sigmoid_k >= 0.5 (dev-tuned thresholds {thresholds}, {where}); none when no label"
     return (
         f"recall_gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
@@ -526,21 +404,7 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         meta["test"] = test_metrics
         write_json(model_dir / "memdistill.json", meta)
     c = meta["config"]
-    what = {
-        "router": "TriMEM memory type router: a snippet -> a subset of EM / PM / GM (none = no label); "
-        "`memdistill.spec.memory_type`",
-        "planner": "TiMem recall planner: a question -> simple / hybrid / complex; `memdistill.spec.recall_plan`",
-        "gate": "TiMem recall gate (cross-encoder): (question with complexity, candidate memory) -> keep "
-        "probability; `memdistill.spec.recall_gate`",
-        "consolidator": "DimMem memory-update consolidator (cross-encoder over one text holding both records): "
-        "(new record, existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by "
-        "`consolidation.merge_rule`; `memdistill.spec.consolidation`",
-        "querytyper": "MemoType query typer: a question -> the TriMEM type its answer is stored as (EM / PM / GM / "
-        "none), distilled from the type router's majority vote over memories that answer it; "
-        "`memdistill.spec.query_type`",
-        "segmenter": "TraceMem topic segmenter (cross-encoder over an utterance with two utterances of context on "
-        "each side): CHANGE (opens a topic) / DEVELOP; `memdistill.spec.topic_segment`",
-    }[meta["task"]]
+    what = MODELS[meta["task"]].summary
     lines = (
         card_front_matter(["memdistill", meta["task"], "text-classification"])
         + [
@@ -575,7 +439,7 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
         "`memdistill serve` starts it as a vLLM pooling server (`--runner pooling`): "
         + (
             "`POST /score` with the pair (pair_query(question, complexity), candidate)"
-            if meta["task"] == "gate"
+            if MODELS[meta["task"]].endpoint == "/score"
             else "`POST /classify`"
         )
         + "; the SDK (`memdistill.serve.client.MemoryModels`) turns the scores into decisions.",
@@ -586,19 +450,9 @@ def write_card(model_dir, test_metrics: dict | None = None) -> None:
 
 def dev_report(task: str, enc: Encoder, rows: list[dict]) -> dict:
     """Dev figures of the exported model (decisions as served)."""
-    from memdistill.metrics.encoders import gate_examples, gate_scores, task_scores
+    from memdistill.metrics.encoders import decisions, score
 
-    scores = enc.scores([model_inputs(task, r) for r in rows])
-    if task == "gate":  # selection under budgets happens inside gate_scores
-        return gate_scores(gate_examples(rows, [p[0] for p in scores]))
-    decide = {
-        "router": memory_type.from_probs,
-        "planner": recall_plan.complexity_of,
-        "consolidator": consolidation.action_of,
-        "segmenter": lambda p: topic_segment.label_of(p) == "CHANGE",
-        "querytyper": query_type.label_of,
-    }[task]
-    return task_scores(task, [decide(p) for p in scores], rows)
+    return score(task, decisions(task, enc.scores([model_inputs(task, r) for r in rows]), rows), rows)
 
 
 def train(cfg: EncoderConfig) -> dict:
@@ -611,8 +465,8 @@ def train(cfg: EncoderConfig) -> dict:
         enc = Encoder(None, model=trainer.model, tok=trainer.processing_class)
         probs = enc.scores([model_inputs(cfg.task, r) for r in trainer.dev_rows])
         thresholds = tune_thresholds(cfg.task, probs, trainer.dev_rows, cfg.threshold_grid)
-    elif cfg.task not in SOFTMAX:
-        thresholds = {lab: 0.5 for lab in LABELS[cfg.task]}
+    elif not MODELS[cfg.task].softmax:
+        thresholds = {lab: 0.5 for lab in MODELS[cfg.task].labels}
     summary = run_summary(trainer, cfg, wall, result, resume, thresholds)
     out = export(trainer, cfg, thresholds, None, summary)
     if trainer.dev_rows:
@@ -625,7 +479,7 @@ def train(cfg: EncoderConfig) -> dict:
         trainer.state.log_history,
         Path(cfg.output_dir) / "loss.png",
         f"{cfg.task} on {cfg.model.split('/')[-1]}",
-        ylabel="BCE" if cfg.task not in SOFTMAX else "cross-entropy",
+        ylabel="cross-entropy" if MODELS[cfg.task].softmax else "BCE",
     )
     return summary
 
@@ -658,7 +512,9 @@ def run_summary(trainer, cfg: EncoderConfig, wall: float, result, resumed_from, 
 
 def main(argv=None, task: str | None = None) -> int:
     """`task`: set by `memdistill train <task>`; the config must agree with it."""
-    cfg = job_config(EncoderConfig, argv, f"memdistill train {task or '|'.join(TASKS)}", __doc__, config_required=True)
+    cfg = job_config(
+        EncoderConfig, argv, f"memdistill train {task or '|'.join(ENCODERS)}", __doc__, config_required=True
+    )
     if task and cfg.task != task:
         raise ConfigError(f"this config trains task {cfg.task!r}, not {task!r}: use configs/training/{task}_*.yaml")
     print(json.dumps(train(cfg), indent=1))

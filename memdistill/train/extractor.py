@@ -36,7 +36,7 @@ class ExtractorConfig:
     eval_file: str | None = "data/built/extractor/dev.jsonl"
     output_dir: str = "runs/extractor-cpu"
     data_config: str = "configs/data/seed.yaml"  # the build that writes train_file (named when it is missing)
-    tasks: list = field(default_factory=lambda: ["extraction", "query_parse"])
+    tasks: list = field(default_factory=lambda: ["extractor", "query_parser"])
     max_train_rows: int | None = None
     # lora: train adapters (merged afterwards); full: train the weights of the chosen layers themselves
     # (layers_to_transform; embeddings stay frozen, tied to lm_head) and save the whole model under model/
@@ -85,7 +85,7 @@ def validate(cfg: ExtractorConfig) -> None:
         raise ValueError("finetune=full cannot train a 4-bit base (load_in_4bit is QLoRA's)")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
         raise ValueError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
-    unknown = set(cfg.tasks) - {"extraction", "query_parse"}
+    unknown = set(cfg.tasks) - {"extractor", "query_parser"}
     if unknown or not cfg.tasks:
         raise ValueError(f"tasks {cfg.tasks}: expected a non-empty subset of extraction, query_parse")
 
@@ -126,9 +126,18 @@ def score_completion_positions_only() -> None:
     eager mode has no shapes to keep, and the prompt is over half of each row: the same losses come
     out (tests/test_training.py checks) and a CPU step is about 1.4x faster (measured on SmolLM2).
     """
+    import trl
     import trl.trainer.utils as trl_utils
-    from trl.kernels.chunked_logprob import _use_triton
 
+    try:
+        from trl.kernels.chunked_logprob import _use_triton
+    except ImportError:
+        _use_triton = None
+    if _use_triton is None or not hasattr(trl_utils, "_use_triton"):
+        raise RuntimeError(
+            f"trl {trl.__version__} has no private `_use_triton` in trl.trainer.utils and trl.kernels.chunked_logprob, "
+            "which the CPU completion-only speed-up patches; pyproject.toml pins the TRL range it was written for"
+        )
     trl_utils._use_triton = lambda device: device.type == "cpu" or _use_triton(device)
 
 
@@ -284,7 +293,7 @@ def training_windows(path) -> tuple[dict, dict, str]:
     counts: Counter = Counter()
     prompts: dict = {}
     for line_no, row in read_jsonl(path):
-        if row.get("task") == "extraction":
+        if row.get("task") == "extractor":
             # rows built before prompts had names carry none: they were rendered with "student"
             prompts.setdefault(row.get("student_prompt", "student"), f"{path}:{line_no}")
             if row.get("window"):
@@ -304,9 +313,7 @@ def training_windows(path) -> tuple[dict, dict, str]:
 
 def train(cfg: ExtractorConfig) -> dict:
     # before training: a set mixing student prompts fails here, not after an hour's work
-    windows, window_rows, prompt = (
-        training_windows(cfg.train_file) if "extraction" in cfg.tasks else ({}, {}, "student")
-    )
+    windows, window_rows, prompt = training_windows(cfg.train_file) if "extractor" in cfg.tasks else ({}, {}, "student")
     trainer = build_trainer(cfg)
     result, wall, resume = train_resuming(trainer, cfg.output_dir)
     out = Path(cfg.output_dir)

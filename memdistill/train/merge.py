@@ -121,7 +121,7 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             "",
             f"On the gold {evaluation.get('split', 'test')} split ({evaluation.get('source', '')}):",
         ]
-        lines += [""] + card_metrics(None, {g: evaluation.get(g, {}) for g in ("extraction", "query_parse")})
+        lines += [""] + card_metrics(None, {g: evaluation.get(g, {}) for g in ("extractor", "query_parser")})
     else:
         lines += ["", "## Evaluation", "", "Not evaluated yet: run `make eval`."]
     lines += [
