@@ -122,7 +122,7 @@ def _job(module: str, **kwargs):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memdistill.spec import NAMES
+    from memdistill.spec import ENCODERS, NAMES
 
     p = argparse.ArgumentParser(prog="memdistill", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -196,15 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
         j.set_defaults(func=func)
     train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
-    for name, module in (
-        ("extractor", "memdistill.train.extractor"),
-        ("router", "memdistill.train.encoder"),
-        ("planner", "memdistill.train.encoder"),
-        ("gate", "memdistill.train.encoder"),
-        ("consolidator", "memdistill.train.encoder"),
-        ("segmenter", "memdistill.train.encoder"),
-        ("querytyper", "memdistill.train.encoder"),
-    ):
+    # one subcommand per trained set: the extractor's LoRA job (which trains the query parser too), and the
+    # encoder job for each encoder of the spec's table
+    for name, module in [("extractor", "memdistill.train.extractor")] + [
+        (n, "memdistill.train.encoder") for n in ENCODERS
+    ]:
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")
         t.add_argument("--config")

@@ -38,6 +38,7 @@ import openai
 
 from memdistill.core.models import trained_prompt, trained_windows
 from memdistill.spec import (
+    ENCODERS,
     consolidation,
     extraction,
     memory_type,
@@ -129,19 +130,10 @@ class MemoryModels:
         `qwen3_no_think=False` leaves vLLM's chat_template_kwargs out of requests (APIs such as OpenAI's
         reject unknown fields)."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-        # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
-        self.encoder_urls = {
-            n: u.rstrip("/")
-            for n, u in (
-                ("router", router_url),
-                ("planner", planner_url),
-                ("gate", gate_url),
-                ("consolidator", consolidator_url),
-                ("segmenter", segmenter_url),
-                ("querytyper", querytyper_url),
-            )
-            if u
-        }
+        # encoder name -> server root URL (/classify and /score live at the root, not under /v1); one
+        # `<name>_url` argument per encoder of the spec's table
+        given = locals()
+        self.encoder_urls = {n: given[f"{n}_url"].rstrip("/") for n in ENCODERS if given[f"{n}_url"]}
         # connection failures are retried by the transport; HTTP errors are answers and are not
         self._http = httpx.Client(
             timeout=timeout,

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from memdistill.core.config import env_key, from_mapping, job_config
+from memdistill.spec import ENCODERS, MODELS
 from memdistill.spec.dialogue import describe_windows
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
 
@@ -77,14 +78,8 @@ class ServeConfig:
     front: dict | None = field(default_factory=lambda: {"port": 8200})
 
 
-ENCODERS = (
-    "router",
-    "planner",
-    "gate",
-    "consolidator",
-    "segmenter",
-    "querytyper",
-)  # served model name: memdistill-<name>
+# served model name: memdistill-<name>; ServeConfig has a directory field per encoder of the spec's table
+# (tests/test_encoder_serving.py checks that the two agree)
 
 
 def resolve_extractor(cfg: ServeConfig) -> str:
@@ -372,7 +367,7 @@ def main(argv=None) -> int:
     for u in servers.urls:
         print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")
     for name, (model_dir, u) in servers.encoders.items():
-        path = "/score" if name == "gate" else "/classify"
+        path = MODELS[name].endpoint
         print(f"[serve] {name}: {u}{path}   ({model_dir} as 'memdistill-{name}'; health: {u}/health)")
     for name in ENCODERS:
         if name not in servers.encoders and getattr(servers.cfg, name):
