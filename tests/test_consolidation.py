@@ -372,8 +372,9 @@ def test_eval_encoders_scores_the_consolidator_against_its_baselines(tmp_path):
     rows = encoder_rows("consolidator", 30, "test")
     (tmp_path / "data" / "consolidator").mkdir(parents=True)
     (tmp_path / "data" / "consolidator" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = run(EncoderEvalConfig(data_dir=str(tmp_path / "data"), tasks=["consolidator"], models={"consolidator": str(model)},
-                                lm_baseline=False, write_cards=False, output_dir=str(tmp_path / "out")))  # fmt: skip
+    out = run(EncoderEvalConfig(data_dir=str(tmp_path / "data"), tasks=["consolidator"],
+                                models={"consolidator": str(model)}, lm_baseline=False, write_cards=False,
+                                output_dir=str(tmp_path / "out")))  # fmt: skip
     got = json.loads((out / "metrics.json").read_text())["results"]["consolidator"]
     assert set(got) == {"encoder", "rules"}
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]

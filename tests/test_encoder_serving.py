@@ -7,10 +7,10 @@ import time
 import httpx
 import pytest
 
+from memdistill.core.encoder import Encoder
 from memdistill.serve.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
 from memdistill.serve.server import free_port
 from memdistill.spec import memory_type, recall_gate
-from memdistill.core.encoder import Encoder
 from tests.conftest import encoder_rows
 
 SNIPPETS = [

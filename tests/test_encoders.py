@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from memdistill.core.config import ConfigError, load_config
-from memdistill.spec import memory_type, recall_gate, recall_plan
 from memdistill.core.encoder import Encoder
-from memdistill.spec import MODELS
+from memdistill.spec import MODELS, memory_type, recall_gate, recall_plan
 from memdistill.train.encoder import EncoderConfig, model_inputs, validate
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 

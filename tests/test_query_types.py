@@ -149,8 +149,8 @@ def test_query_typer_learns_the_router_vote(tiny_typing_models):
 
 def test_gpu_recipe_trains_the_query_typer_on_a_tiny_roberta(tiny_typing_models, tiny_roberta_dir, tmp_path):
     from memdistill.core.config import load_config
-    from memdistill.core.models import REPO
     from memdistill.core.encoder import Encoder
+    from memdistill.core.models import REPO
     from memdistill.train.encoder import EncoderConfig
 
     gpu = load_config(EncoderConfig, REPO / "configs/training/querytyper_roberta_base.yaml")

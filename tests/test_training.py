@@ -621,8 +621,8 @@ def test_trl_pin_covers_the_private_name_the_cpu_speed_up_patches(monkeypatch):
     """TRL is pinned to the minor release whose private `_use_triton` the extractor patches; the installed TRL
     satisfies the pin and still has the name, and without it the patch refuses with a clear error."""
     import importlib.metadata as md
-    import tomllib
 
+    import tomllib
     import trl.trainer.utils as trl_utils
     from packaging.requirements import Requirement
 
