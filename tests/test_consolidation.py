@@ -11,8 +11,8 @@ import pytest
 
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.consolidate import Consolidator, history, merged_id
-from memdistill.spec import consolidation as C
-from memdistill.spec.extraction import Dimension
+from memdistill.spec import consolidator as C
+from memdistill.spec.extractor import Dimension
 
 
 def rec(content, mtype="fact", keywords=(), time="", speaker="Tom", ts="2023-05-01T10:00:00"):

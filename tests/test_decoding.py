@@ -9,7 +9,7 @@ import pytest
 
 from memdistill.data import seed as seedlib
 from memdistill.serve.server import ServeConfig, vllm_command
-from memdistill.spec import extraction, query_parse
+from memdistill.spec import extractor, query_parser
 from memdistill.spec.dialogue import windows
 from tests.conftest import REPO
 
@@ -23,9 +23,9 @@ def window_grammar(smollm2_dir):
     seed = seedlib.load(REPO / "data" / "seed")
     w = windows(next(iter(seed.conversations.values())), 6, 1)[1]
     compiler = xg.GrammarCompiler(xg.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(smollm2_dir)))
-    schema = json.dumps(extraction.json_schema(w))
+    schema = json.dumps(extractor.json_schema(w))
     grammar = compiler.compile_json_schema(schema, any_whitespace=False, separators=(",", ":"))
-    return w, grammar, extraction.render_completion(seed.gold_records(w))
+    return w, grammar, extractor.render_completion(seed.gold_records(w))
 
 
 def _accepts(grammar, text: str) -> bool:
@@ -49,7 +49,7 @@ def test_grammar_takes_the_compact_gold_completion_and_no_whitespace_between_tok
 def test_grammar_closes_a_looping_list_at_the_record_bound(window_grammar):
     w, grammar, gold = window_grammar
     rec = json.loads(gold)["memories"][0]
-    bound = extraction.MAX_RECORDS_PER_MESSAGE * len(w.extractable())
+    bound = extractor.MAX_RECORDS_PER_MESSAGE * len(w.extractable())
     m = xg.GrammarMatcher(grammar)
     assert m.accept_string(json.dumps({"memories": [rec] * bound}, separators=(",", ":"))[:-2])
     assert not m.fork().accept_string(",")  # one more record is not a token the model may choose
@@ -77,7 +77,7 @@ def test_served_structured_output_has_no_free_whitespace(mm, seed_windows):
     """The live server (configs/serving/cpu.yaml) under the window schema: whatever the untrained model
     writes, and however far it gets before the cap, no whitespace appears outside JSON strings."""
     for w in seed_windows:
-        text, _, ct = mm.chat(extraction.chat_messages(w), extraction.json_schema(w), "memories", max_tokens=256)
+        text, _, ct = mm.chat(extractor.chat_messages(w), extractor.json_schema(w), "memories", max_tokens=256)
         assert text.startswith('{"memories":[') and ct > 0
         assert _whitespace_outside_strings(text) == []
 
@@ -96,22 +96,22 @@ def test_query_grammar_bounds_every_string_and_list(smollm2_dir):
 
     compiler = xg.GrammarCompiler(xg.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(smollm2_dir)))
     grammar = compiler.compile_json_schema(
-        json.dumps(query_parse.json_schema()), any_whitespace=False, separators=(",", ":")
+        json.dumps(query_parser.json_schema()), any_whitespace=False, separators=(",", ":")
     )
     gold = json.dumps(seedlib.load(REPO / "data" / "seed").rows("questions", "test")[0]["query"], separators=(",", ":"))
     assert _accepts(grammar, gold)
     # vLLM answers 400 to a schema with a feature xgrammar lacks (uniqueItems, a pattern with a length bound)
     from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features
 
-    assert not has_xgrammar_unsupported_json_features(query_parse.json_schema())
+    assert not has_xgrammar_unsupported_json_features(query_parser.json_schema())
     anchor = '{"query_anchor":"'
-    assert _accepts(grammar, anchor + "a" * query_parse.MAX_ANCHOR_CHARS)
-    assert not _accepts(grammar, anchor + "a" * (query_parse.MAX_ANCHOR_CHARS + 1))
+    assert _accepts(grammar, anchor + "a" * query_parser.MAX_ANCHOR_CHARS)
+    assert not _accepts(grammar, anchor + "a" * (query_parser.MAX_ANCHOR_CHARS + 1))
     dim = anchor + 'x","need_assistant_context":false,"dimension":{"target_memory_type":[],'
-    kws = dim + '"keywords":[' + ",".join(['"k"'] * query_parse.MAX_KEYWORDS)
+    kws = dim + '"keywords":[' + ",".join(['"k"'] * query_parser.MAX_KEYWORDS)
     assert _accepts(grammar, kws) and not _accepts(grammar, kws + ",")
-    assert not _accepts(grammar, dim + '"keywords":["' + "k" * (query_parse.MAX_KEYWORD_CHARS + 1))
+    assert not _accepts(grammar, dim + '"keywords":["' + "k" * (query_parser.MAX_KEYWORD_CHARS + 1))
     time = dim + '"keywords":[],"time":"around '
-    assert _accepts(grammar, time + "1" * (query_parse.MAX_FIELD_CHARS - 7) + '"')
-    assert not _accepts(grammar, time + "1" * (query_parse.MAX_FIELD_CHARS - 6))
+    assert _accepts(grammar, time + "1" * (query_parser.MAX_FIELD_CHARS - 7) + '"')
+    assert not _accepts(grammar, time + "1" * (query_parser.MAX_FIELD_CHARS - 6))
     assert not _accepts(grammar, dim + '"keywords":[],"time":"yesterday"')  # the pattern still holds

@@ -10,7 +10,7 @@ import pytest
 from memdistill.core.encoder import Encoder
 from memdistill.serve.client import BadRequest, EndpointUnavailable, MemoryModels, MemoryModelsError
 from memdistill.serve.server import free_port
-from memdistill.spec import memory_type, recall_gate
+from memdistill.spec import gate, router
 from tests.conftest import encoder_rows
 
 SNIPPETS = [
@@ -40,8 +40,8 @@ def sdk(encoder_servers):
 def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
     enc = Encoder(encoder_servers.encoders["router"][0])
     texts = SNIPPETS + [r["text"] for r in encoder_rows("router", 20, "test")]
-    served = sdk.classify("router", [memory_type.encoder_text(t) for t in texts])
-    local = enc.scores([(memory_type.encoder_text(t),) for t in texts])
+    served = sdk.classify("router", [router.encoder_text(t) for t in texts])
+    local = enc.scores([(router.encoder_text(t),) for t in texts])
     assert len(served) == len(local) == len(texts)
     for s, lo in zip(served, local):
         assert s == pytest.approx(lo, abs=1e-4)
@@ -55,22 +55,22 @@ def test_router_scores_and_decisions_equal_in_process(sdk, encoder_servers):
     raw = [
         [
             1 / (1 + math.exp(-(math.log(p / (1 - p)) + math.log(th[lab] / (1 - th[lab])))))
-            for lab, p in zip(memory_type.LABELS, s)
+            for lab, p in zip(router.LABELS, s)
         ]
         for s in local
     ]
-    assert got == [memory_type.from_probs(r, th) for r in raw]
+    assert got == [router.from_probs(r, th) for r in raw]
 
 
 @pytest.mark.vllm
 def test_consolidator_scores_and_decisions_equal_in_process(sdk, encoder_servers):
-    from memdistill.spec import consolidation
+    from memdistill.spec import consolidator
 
     enc = Encoder(encoder_servers.encoders["consolidator"][0])
     rows = encoder_rows("consolidator", 40, "test")
-    pairs = [(consolidation.StoredRecord.from_json(r["new"]), consolidation.StoredRecord.from_json(r["existing"]))
+    pairs = [(consolidator.StoredRecord.from_json(r["new"]), consolidator.StoredRecord.from_json(r["existing"]))
              for r in rows]  # fmt: skip
-    served = sdk.classify("consolidator", [consolidation.encoder_text(n, o) for n, o in pairs])
+    served = sdk.classify("consolidator", [consolidator.encoder_text(n, o) for n, o in pairs])
     local = enc.scores([(r["text"],) for r in rows])
     assert len(served) == len(local) == 40
     for s, lo in zip(served, local):
@@ -78,13 +78,13 @@ def test_consolidator_scores_and_decisions_equal_in_process(sdk, encoder_servers
     got = sdk.consolidate_pairs([(r["new"], r["existing"]) for r in rows])  # dicts, as a memory stack holds them
     assert [g.action for g in got] == enc.actions(pairs)
     for g, (n, o) in zip(got, pairs):
-        assert g.ok and (g.merged == consolidation.merge_rule(n, o) if g.action == "MERGE" else g.merged is None)
+        assert g.ok and (g.merged == consolidator.merge_rule(n, o) if g.action == "MERGE" else g.merged is None)
 
 
 @pytest.mark.vllm
 def test_segmenter_scores_and_decisions_equal_in_process(sdk, encoder_servers):
     from memdistill.data import seed as seedlib
-    from memdistill.spec import topic_segment as ts
+    from memdistill.spec import segmenter as ts
 
     enc = Encoder(encoder_servers.encoders["segmenter"][0])
     seed = seedlib.load()
@@ -102,7 +102,7 @@ def test_segmenter_scores_and_decisions_equal_in_process(sdk, encoder_servers):
 
 @pytest.mark.vllm
 def test_query_typer_scores_and_decisions_equal_in_process(sdk, encoder_servers):
-    from memdistill.spec import query_type
+    from memdistill.spec import querytyper
 
     enc = Encoder(encoder_servers.encoders["querytyper"][0])
     questions = [r["text"] for r in encoder_rows("querytyper", 8, "test")]
@@ -110,7 +110,7 @@ def test_query_typer_scores_and_decisions_equal_in_process(sdk, encoder_servers)
     local = enc.scores([(q,) for q in questions])
     assert len(served) == len(local) == 8
     for s, lo in zip(served, local):
-        assert s == pytest.approx(lo, abs=1e-4) and len(s) == len(query_type.LABELS)
+        assert s == pytest.approx(lo, abs=1e-4) and len(s) == len(querytyper.LABELS)
     assert [sdk.query_type(q) for q in questions] == enc.query_types(questions)
     assert enc.meta["label_router"] == str(encoder_servers.encoders["router"][0])
 
@@ -125,7 +125,7 @@ def test_gate_scores_and_selection_equal_in_process(sdk, encoder_servers):
         local = enc.keep_scores(ex["question"], ex["complexity"], ex["candidates"])
         assert served == pytest.approx(local, abs=1e-4)
         kept = sdk.gate(ex["question"], ex["complexity"], ex["candidates"])
-        assert kept.ok and kept.kept_ids == recall_gate.select(local, ex["complexity"])
+        assert kept.ok and kept.kept_ids == gate.select(local, ex["complexity"])
     assert sdk.gate("Anything?", "simple", []).kept_ids == []
 
 

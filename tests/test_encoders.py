@@ -10,7 +10,7 @@ import torch
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.core.encoder import Encoder
-from memdistill.spec import MODELS, memory_type, recall_gate, recall_plan
+from memdistill.spec import MODELS, gate, planner, router
 from memdistill.train.encoder import EncoderConfig, model_inputs, validate
 from tests.conftest import REPO, encoder_rows, train_tiny_encoder
 
@@ -92,8 +92,8 @@ def test_threshold_folding_is_exact():
             num_attention_heads=2,
             intermediate_size=32,
             num_labels=3,
-            id2label=dict(enumerate(memory_type.LABELS)),
-            label2id={lab: i for i, lab in enumerate(memory_type.LABELS)},
+            id2label=dict(enumerate(router.LABELS)),
+            label2id={lab: i for i, lab in enumerate(router.LABELS)},
         )
     ).eval()
     ids = torch.randint(1, 50, (64, 7))
@@ -102,7 +102,7 @@ def test_threshold_folding_is_exact():
         th = {"EM": 0.2, "PM": 0.5, "GM": 0.83}
         fold_thresholds(model, th)
         after = torch.sigmoid(model(input_ids=ids).logits)
-    for k, lab in enumerate(memory_type.LABELS):
+    for k, lab in enumerate(router.LABELS):
         assert torch.equal(before[:, k] >= th[lab], after[:, k] >= 0.5)
     assert torch.allclose(after[:, 1], before[:, 1])
 
@@ -201,7 +201,7 @@ def test_router_overall_is_memotype_mean_of_per_type_and_exact_set_has_its_own_n
     exact = [1, 0, 1, 0, 0]
     assert s["overall"]["exact_set_ci95"] == bootstrap_ci(lambda idx: sum(exact[i] for i in idx) / len(idx), 5)
     assert s["overall"]["exact_set_ci95"][0] < 0.4 < s["overall"]["exact_set_ci95"][1]
-    assert not _inside(s["overall"]) and not _inside(s) and not any(_inside(s[lab]) for lab in memory_type.LABELS)
+    assert not _inside(s["overall"]) and not _inside(s) and not any(_inside(s[lab]) for lab in router.LABELS)
     perfect = router_scores(gold, gold)
     assert perfect["overall"]["acc_ci95"] == perfect["overall"]["exact_set_ci95"] == [1.0, 1.0]
 
@@ -210,7 +210,7 @@ def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baseli
     from memdistill.metrics.encoders import class_scores, consolidator_scores, gate_examples, gate_scores
 
     s = class_scores(
-        ["simple", "complex", None, "simple"], ["simple", "hybrid", "complex", "simple"], recall_plan.COMPLEXITIES
+        ["simple", "complex", None, "simple"], ["simple", "hybrid", "complex", "simple"], planner.COMPLEXITIES
     )
     assert s["accuracy"] == 0.5 and s["valid_rate"] == 0.75 and s["f1"]["simple"] == 1.0
     assert s["macro_f1"] == round(1 / 3, 4) and not _inside(s) and not _inside(s["f1"])
@@ -220,7 +220,7 @@ def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baseli
             "gate_id": g,
             "candidate_id": i,
             "complexity": "simple",
-            "query": recall_gate.pair_query("Q?", "simple"),
+            "query": gate.pair_query("Q?", "simple"),
             "text": "a b c d" if i == 1 else "x y",
             "label": float(i == 1),
         }
@@ -250,9 +250,9 @@ def test_planner_gate_and_consolidator_scores_carry_intervals_and_trivial_baseli
 
 
 def test_rule_baselines_follow_their_documented_rules():
-    from memdistill.spec.memory_type import rule_labels as rule_router
-    from memdistill.spec.recall_gate import rule_keep as rule_gate
-    from memdistill.spec.recall_plan import rule_complexity as rule_planner
+    from memdistill.spec.gate import rule_keep as rule_gate
+    from memdistill.spec.planner import rule_complexity as rule_planner
+    from memdistill.spec.router import rule_labels as rule_router
 
     assert rule_router("Ben: We're driving up to Inverness next Saturday for my cousin's wedding.") == ["EM"]
     assert rule_router("Lena: I'm terrified of heights, though.") == ["PM"]
@@ -265,12 +265,12 @@ def test_rule_baselines_follow_their_documented_rules():
     assert rule_planner("Who teaches Lena's pottery class?") == "simple"
     assert rule_gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog.", "Tom likes jazz."]) == [1]
     many = [f"adopted dog number {i}" for i in range(30)]
-    assert len(rule_gate("Which dogs were adopted?", "simple", many)) == recall_gate.BUDGETS["simple"]
+    assert len(rule_gate("Which dogs were adopted?", "simple", many)) == gate.BUDGETS["simple"]
     questions = [r["text"] for split in ("train", "test") for r in encoder_rows("planner", 10_000, split)]
     answers = {rule_planner(q) for q in questions}
-    assert len(questions) >= 50 and answers <= set(recall_plan.COMPLEXITIES), answers  # within the spec's set
+    assert len(questions) >= 50 and answers <= set(planner.COMPLEXITIES), answers  # within the spec's set
     snippets = [r["text"] for r in encoder_rows("router", 10_000, "test")]
-    assert len(snippets) >= 50 and all(set(rule_router(t)) <= set(memory_type.LABELS) for t in snippets)
+    assert len(snippets) >= 50 and all(set(rule_router(t)) <= set(router.LABELS) for t in snippets)
 
 
 def test_a_missing_encoder_dataset_names_the_command_that_builds_it(tmp_path):

@@ -12,7 +12,7 @@ from memdistill.data import label
 from memdistill.data.fake_teacher import FakeOpenAI, answer
 from memdistill.data.teacher import Teacher, settings_from_dict
 from memdistill.eval import fidelity, generate
-from memdistill.spec import extraction
+from memdistill.spec import extractor
 from tests.conftest import REPO
 
 WINDOWS = {"multi-party": [[5, 1]], "user-assistant": [[4, 1]]}  # the tiny student's "training windows"
@@ -81,7 +81,7 @@ def test_endpoint_teacher_one_request_per_window_and_rerun_asks_nothing(tiny_stu
         m = json.loads((out / "metrics.json").read_text())
         # the fake teacher's answers, worked out from the same requests: its record count per window
         expected = [
-            len(json.loads(answer(extraction.chat_messages(w, "teacher", styles[w.conversation_id])))["memories"])
+            len(json.loads(answer(extractor.chat_messages(w, "teacher", styles[w.conversation_id])))["memories"])
             for w in wins
         ]
         assert m["teacher_records_per_window"]["mean"] == round(sum(expected) / 4, 4)

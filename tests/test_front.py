@@ -138,7 +138,7 @@ def test_new_messages_go_into_the_training_windows_with_last_k_as_context():
 
 def test_the_answer_is_mem0s_format_with_roles_from_the_source_messages():
     from memdistill.serve.client import ExtractedMemory
-    from memdistill.spec.extraction import Dimension, MemoryRecord
+    from memdistill.spec.extractor import Dimension, MemoryRecord
 
     req = front.recognise(mem0_body(timestamp="2023-03-14"))
     wins, _ = front.mem0_windows(req, {"multi-party": [[3, 2]]})

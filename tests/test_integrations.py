@@ -6,7 +6,7 @@ import pytest
 from memdistill.data import seed as seedlib
 from memdistill.serve.adapters import local_mem0, openai_extraction_request, search_mem0, store_in_mem0
 from memdistill.serve.client import ExtractedMemory
-from memdistill.spec import extraction
+from memdistill.spec import extractor
 from memdistill.spec.dialogue import windows
 from tests.conftest import REPO
 
@@ -26,7 +26,7 @@ def _gold_memories(n_windows=3):
 
 def em(content, mtype, keywords, turn, ts):
     """A hand-made record as the SDK returns it (conversation c1, said by Tom)."""
-    from memdistill.spec.extraction import Dimension, MemoryRecord
+    from memdistill.spec.extractor import Dimension, MemoryRecord
 
     rec = MemoryRecord(source_id=1, content=content, dimension=Dimension(memory_type=mtype, keywords=keywords))
     return ExtractedMemory(rec, "c1", 0, turn, "Tom", ts)
@@ -65,21 +65,21 @@ def test_mem0_with_records_from_the_served_extractor(mm, tmp_path):
 
 @pytest.mark.vllm
 def test_plain_openai_client_recipe(server, mm):
-    """A stack with its own OpenAI client, given openai_extraction_request and extraction.parse, gets the
+    """A stack with its own OpenAI client, given openai_extraction_request and extractor.parse, gets the
     records the SDK gets for the same window (greedy decoding, same body)."""
     seed = seedlib.load(REPO / "data" / "seed")
     w = windows(seed.conversations["ua01"], 4, 1)[1]
     assert seed.gold_records(w)
     client = openai.OpenAI(base_url=f"{server.urls[0]}/v1", api_key="EMPTY")
     resp = client.chat.completions.create(**openai_extraction_request(w, max_tokens=mm.max_tokens))
-    parsed = extraction.parse(resp.choices[0].message.content, w)
+    parsed = extractor.parse(resp.choices[0].message.content, w)
     assert parsed.records, f"no valid record for a window whose gold holds records; problems: {parsed.problems}"
     assert parsed.records == [m.record for m in mm.extract(w).memories]
 
 
 def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
     from memdistill.core.embedder import Embedder
-    from memdistill.spec import consolidation
+    from memdistill.spec import consolidator
 
     old_job = em(
         "Tom works as a baker at Acme Bakery.", "fact", ["job", "bakery", "Acme"], "D1:2", "2023-05-01T10:00:00"
@@ -95,7 +95,7 @@ def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
 
     def decide(pairs):
         asked.extend((n.content, o.content) for n, o in pairs)
-        return [consolidation.ParseResult(script.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
+        return [consolidator.ParseResult(script.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
 
     mem = local_mem0(tmp_path / "store")
     ids = store_in_mem0(mem, [old_job, trip, new_job, trip2], user_id="u1", consolidate=decide, embed=Embedder(),
@@ -121,14 +121,14 @@ def test_mem0_consolidates_before_storing_and_never_deletes(tmp_path):
 
 def test_mem0_history_search_never_ranks_a_memory_above_what_replaced_it(tmp_path):
     from memdistill.core.embedder import Embedder
-    from memdistill.spec import consolidation
+    from memdistill.spec import consolidator
 
     acme = em("Tom works as a baker at Acme Bakery.", "fact", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
     zed = em("Tom now works as a baker at Zed Bakery.", "fact", ["job", "Zed"], "D2:4", "2023-06-10T09:00:00")
     bees = em("Tom keeps bees in his garden.", "fact", ["job", "bees"], "D3:1", "2023-07-01T09:00:00")
 
     def decide(pairs):  # every later record supersedes: the bees wrongly supersede the Zed job too
-        return [consolidation.ParseResult("SUPERSEDE", ok=True) for _ in pairs]
+        return [consolidator.ParseResult("SUPERSEDE", ok=True) for _ in pairs]
 
     mem = local_mem0(tmp_path / "store")
     store_in_mem0(mem, [acme, zed, bees], user_id="u1", consolidate=decide, embed=Embedder())
@@ -148,7 +148,7 @@ def test_mem0_history_search_never_ranks_a_memory_above_what_replaced_it(tmp_pat
 @pytest.mark.parametrize("one_change", [False, True])
 def test_mem0_one_change_supersedes_only_the_most_similar_memory(tmp_path, one_change):
     from memdistill.core.embedder import Embedder
-    from memdistill.spec import consolidation
+    from memdistill.spec import consolidator
 
     acme = em("Tom works as a baker at Acme Bakery.", "fact", ["job", "Acme"], "D1:2", "2023-05-01T10:00:00")
     shift = em("Tom works the early shift on weekdays.", "fact", ["job", "shift"], "D1:3", "2023-05-01T10:01:00")
@@ -158,7 +158,7 @@ def test_mem0_one_change_supersedes_only_the_most_similar_memory(tmp_path, one_c
     def decide(pairs):  # the model has the Zed job supersede both earlier job records
         asked.extend((n.content, o.content) for n, o in pairs)
         action = {zed.record.content: "SUPERSEDE"}
-        return [consolidation.ParseResult(action.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
+        return [consolidator.ParseResult(action.get(n.content, "KEEPBOTH"), ok=True) for n, _ in pairs]
 
     mem = local_mem0(tmp_path / "store")
     store_in_mem0(mem, [acme, shift, zed], user_id="u1", consolidate=decide, embed=Embedder(), one_change=one_change)

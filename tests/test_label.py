@@ -18,7 +18,7 @@ from memdistill.data import label
 from memdistill.data.build import DataConfig, build
 from memdistill.data.fake_teacher import FakeOpenAI, answer, content_hash, type_decision
 from memdistill.data.sources import SourceError, load
-from memdistill.spec import extraction, memory_type, query_parse
+from memdistill.spec import extractor, query_parser, router
 from tests.conftest import FIXTURES, REPO
 
 KEY = "sk-label-test-SECRET-31415926"
@@ -56,7 +56,7 @@ def _built(out: Path) -> dict[str, bytes]:
 
 def _extraction_messages(cfg: DataConfig) -> dict[str, list[dict]]:
     items = label.extraction_items(label.load_sources(cfg.sources), cfg.windows)
-    return {it.item_id: extraction.chat_messages(it.window, "teacher", it.input["style"]) for it in items}
+    return {it.item_id: extractor.chat_messages(it.window, "teacher", it.input["style"]) for it in items}
 
 
 def _plan_faults(fake: FakeOpenAI, cfg: DataConfig) -> dict[str, str]:
@@ -84,7 +84,7 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         q_item = next(it for it in label.question_items("query_parser", label.load_sources(cfg.sources)))
         fake.add_fault(
             "400",
-            content=query_parse.chat_messages(q_item.input["question"], q_item.input["question_date"], "teacher"),
+            content=query_parser.chat_messages(q_item.input["question"], q_item.input["question_date"], "teacher"),
             times=None,
         )
         stats = build(cfg)
@@ -119,7 +119,7 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         # labels are what the fake teacher answered, combined per label for the binary type job
         for r in _labels(out, "router"):
             assert r["label"]["labels"] == [
-                x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))
+                x for x in router.LABELS if type_decision(x, router.encoder_text(r["input"]["text"]))
             ]
         # gate candidates are that conversation's extracted memories, at most gate_candidates of them
         mems: dict = {}
@@ -136,31 +136,31 @@ def test_job_accounts_for_every_item_under_faults_and_reruns_for_free(tmp_path, 
         # consolidation pairs: two extracted records of one conversation, the new one said later, and the
         # action the fake teacher gives that pair
         from memdistill.data.fake_teacher import answer
-        from memdistill.spec import consolidation
+        from memdistill.spec import consolidator
 
         pairs = _labels(out, "consolidator")
         for p in pairs:
-            new, old = (consolidation.StoredRecord.from_json(p["input"][k]) for k in ("new", "existing"))
+            new, old = (consolidator.StoredRecord.from_json(p["input"][k]) for k in ("new", "existing"))
             assert {new.content, old.content} <= mems[(p["source"], p["conversation_id"])]
             assert new.source_timestamp >= old.source_timestamp
             assert new.dimension.memory_type == old.dimension.memory_type
             if p["status"] == "ok":
-                expected = json.loads(answer(consolidation.chat_messages(new, old, "teacher")))["action"]
+                expected = json.loads(answer(consolidator.chat_messages(new, old, "teacher")))["action"]
                 assert p["label"]["action"] == expected
         built = [json.loads(x) for x in (out / "consolidator/train.jsonl").read_text().splitlines()]
         assert {r["label_source"] for r in built} == {"gold", "teacher"}
         # topic decisions and hypothetical memories: what the fake teacher answered, built into their sets
-        from memdistill.spec import query_type, topic_segment
+        from memdistill.spec import querytyper, segmenter
 
         segs = _labels(out, "segmenter")
         assert len(segs) == len(label.segment_items(label.load_sources(cfg.sources)))
         for s in segs:
             if s["status"] == "ok":
                 i = s["input"]
-                asked = topic_segment.chat_messages(i["before"], i["target"], i["after"], "teacher")
+                asked = segmenter.chat_messages(i["before"], i["target"], i["after"], "teacher")
                 assert s["label"]["intent"] == json.loads(answer(asked))["intent"]
         hyps = [h for h in _labels(out, "querytyper") if h["status"] == "ok"]
-        assert hyps and all(len(h["label"]["memories"]) == query_type.K for h in hyps)
+        assert hyps and all(len(h["label"]["memories"]) == querytyper.K for h in hyps)
         for task in ("segmenter", "querytyper"):
             built = [json.loads(x) for x in (out / task / "train.jsonl").read_text().splitlines()]
             assert {r["label_source"] for r in built} == {"gold", "teacher"}, task
@@ -373,7 +373,7 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
     row = next(r for r in ext if r["label_source"] == "teacher" and r["task"] == "extractor")
     assert (
         row["chat_template_kwargs"] == {"enable_thinking": False}
-        and row["prompt"][0]["content"] == extraction.STUDENT_SYSTEM
+        and row["prompt"][0]["content"] == extractor.STUDENT_SYSTEM
     )
     assert (
         row["source"] == "chat"
@@ -381,7 +381,7 @@ def test_built_sets_load_keep_the_gold_test_split_out_and_drop_duplicates(tmp_pa
         and row["schema_version"]
         and row["teacher"] == "fake-teacher"
     )
-    assert extraction.parse(row["completion"][0]["content"]).ok
+    assert extractor.parse(row["completion"][0]["content"]).ok
 
 
 def test_single_prompt_type_mode_makes_one_request_per_snippet(tmp_path, monkeypatch):
@@ -396,7 +396,7 @@ def test_single_prompt_type_mode_makes_one_request_per_snippet(tmp_path, monkeyp
             counts[mode] = (fake.requests, len(rows))
             for r in rows:
                 assert r["label"]["labels"] == [
-                    x for x in memory_type.LABELS if type_decision(x, memory_type.encoder_text(r["input"]["text"]))
+                    x for x in router.LABELS if type_decision(x, router.encoder_text(r["input"]["text"]))
                 ]
     assert counts["single"][0] == counts["single"][1] and counts["binary"][0] == 3 * counts["binary"][1]
 

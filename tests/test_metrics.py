@@ -8,7 +8,7 @@ import pytest
 
 from memdistill.metrics.extraction import ExtractionScores, keyword_f1, match, query_scores, token_f1
 from memdistill.metrics.stats import bootstrap_ci, percentile
-from memdistill.spec.extraction import Dimension, MemoryRecord, render_completion
+from memdistill.spec.extractor import Dimension, MemoryRecord, render_completion
 from tests.conftest import REPO
 
 
@@ -186,7 +186,7 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
     ext = metrics["results"]["base"]["extractor"]
     assert (metrics["windows"], metrics["questions"]) == (2, 1) and ext["windows"] == 2
     assert ext["output_tokens_per_window"] <= 12 and ext["prompt_tokens_per_window"] > 100
-    assert (out / "report.md").read_text().count("| memory_f1 |") == 1 and (out / "extraction.png").stat().st_size
+    assert (out / "report.md").read_text().count("| memory_f1 |") == 1 and (out / "extractor.png").stat().st_size
     log = tmp_path / "generations.jsonl"
     lines = log.read_text().splitlines()
     assert len(lines) == 3
@@ -210,7 +210,7 @@ def test_eval_job_reports_and_resumes_from_its_generation_log(tmp_path, monkeypa
 
 def test_parser_repairs_and_token_cap_are_counted_over_records_written():
     from memdistill.spec.dialogue import Turn, Window
-    from memdistill.spec.extraction import parse
+    from memdistill.spec.extractor import parse
 
     ts = datetime(2024, 1, 1, 9, 0)
     w = Window("c", 0, [Turn("t1", "Ann", "user", "hi", ts), Turn("t2", "Bob", "user", "I moved to Oslo.", ts)], 2)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import extractor, gate, planner, query_parser, router
 from memdistill.spec.dialogue import windows
 from tests.conftest import make_conversation
 
@@ -39,7 +39,7 @@ def window():
 
 
 def test_clean_output_has_no_problems(window):
-    res = extraction.parse(GOOD, window)
+    res = extractor.parse(GOOD, window)
     assert codes(res) == [] and res.ok
     assert res.records[0].content.startswith("Tom adopted") and res.records[0].source_speaker == "Tom"
 
@@ -56,7 +56,7 @@ def test_clean_output_has_no_problems(window):
     ],
 )
 def test_wrappers_are_stripped(window, wrap, code):
-    res = extraction.parse(wrap, window)
+    res = extractor.parse(wrap, window)
     assert len(res.records) == 1 and res.ok
     assert (code in codes(res)) if code else codes(res) == []
 
@@ -66,14 +66,14 @@ def test_truncated_output_salvages_complete_records(window):
     second["dimension"] = dict(REC["dimension"], memory_type="profile", time="")
     full = json.dumps({"memories": [REC, second, REC]})
     cut = full[: full.rindex('"content"') + 15]  # mid third record
-    res = extraction.parse(cut, window)
+    res = extractor.parse(cut, window)
     assert [r.source_id for r in res.records] == [4, 5]
     assert "truncated_output" in codes(res) and res.ok
 
 
 def test_truncated_inside_unclosed_think_and_fence(window):
     raw = "<think>hmm\n```json\n" + GOOD[:-2]  # list and object never closed
-    res = extraction.parse(raw, window)
+    res = extractor.parse(raw, window)
     assert "unterminated_think" in codes(res) and "truncated_output" in codes(res)
     assert len(res.records) == 1
 
@@ -91,7 +91,7 @@ def test_truncated_inside_unclosed_think_and_fence(window):
 def test_memory_type_case_and_aliases(window, given, want):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["memory_type"] = given
-    res = extraction.parse(json.dumps(rec), window)
+    res = extractor.parse(json.dumps(rec), window)
     assert res.records[0].dimension.memory_type == want
     assert "memory_type_normalised" in codes(res)
 
@@ -99,13 +99,13 @@ def test_memory_type_case_and_aliases(window, given, want):
 def test_unknown_memory_type_rejects_the_record(window):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["memory_type"] = "semantic-ish"
-    res = extraction.parse(json.dumps(rec), window)
+    res = extractor.parse(json.dumps(rec), window)
     assert res.records == [] and "bad_memory_type" in codes(res) and res.ok
 
 
 def test_source_in_overlap_and_out_of_range_are_rejected(window):
     recs = [dict(REC, source_id=k, content=f"Fact {k}.") for k in (1, 2, 3, 7, "5")]
-    res = extraction.parse(json.dumps({"memories": recs}), window)
+    res = extractor.parse(json.dumps({"memories": recs}), window)
     assert [r.source_id for r in res.records] == [3, 5]
     c = codes(res)
     assert c.count("source_in_overlap") == 2 and c.count("source_out_of_range") == 1
@@ -117,22 +117,22 @@ def test_one_extractable_message_determines_a_source_past_the_windows_end():
     turns = [Turn(f"D1:{k}", "Maya", "user", f"line {k}", None) for k in (1, 2)]
     short = Window("c", 0, turns, extract_from=2)  # one context message, one to extract from
     recs = [dict(REC, source_id=k, content=f"Fact {k}.") for k in (3, 2, 1)]
-    res = extraction.parse(json.dumps({"memories": recs}), short)
+    res = extractor.parse(json.dumps({"memories": recs}), short)
     assert [r.source_id for r in res.records] == [2, 2]  # 3 -> 2 (fixed), 2 kept; 1 is context, rejected
     assert codes(res).count("source_fixed") == 1 and "source_in_overlap" in codes(res)
     wide = Window("c", 0, turns, extract_from=1)  # two messages to extract from: a number past the end stays wrong
-    assert "source_out_of_range" in codes(extraction.parse(json.dumps({"memories": [recs[0]]}), wide))
+    assert "source_out_of_range" in codes(extractor.parse(json.dumps({"memories": [recs[0]]}), wide))
 
 
 def test_without_window_overlap_is_not_checked():
-    res = extraction.parse(json.dumps({"memories": [dict(REC, source_id=1)]}))
+    res = extractor.parse(json.dumps({"memories": [dict(REC, source_id=1)]}))
     assert len(res.records) == 1
 
 
 def test_keywords_string_is_split_trimmed_deduplicated(window):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["keywords"] = " puppy, Biscuit ;puppy,, adoption "
-    res = extraction.parse(json.dumps(rec), window)
+    res = extractor.parse(json.dumps(rec), window)
     assert res.records[0].dimension.keywords == ["puppy", "Biscuit", "adoption"]
     assert "keywords_normalised" in codes(res)
 
@@ -141,7 +141,7 @@ def test_keywords_string_is_split_trimmed_deduplicated(window):
 def test_invalid_time_is_emptied_and_reported(window, bad):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["time"] = bad
-    res = extraction.parse(json.dumps(rec), window)
+    res = extractor.parse(json.dumps(rec), window)
     assert res.records[0].dimension.time == "" and "invalid_time" in codes(res)
 
 
@@ -149,7 +149,7 @@ def test_invalid_time_is_emptied_and_reported(window, bad):
 def test_valid_times_are_kept(window, ok):
     rec = json.loads(GOOD)
     rec["memories"][0]["dimension"]["time"] = ok
-    res = extraction.parse(json.dumps(rec), window)
+    res = extractor.parse(json.dumps(rec), window)
     assert res.records[0].dimension.time == ok and codes(res) == []
 
 
@@ -158,7 +158,7 @@ def test_speaker_is_filled_and_corrected_from_window(window):
         {k: v for k, v in REC.items() if k != "source_speaker"},
         dict(REC, source_speaker="Maya", content="Tom named his puppy Biscuit."),
     ]
-    res = extraction.parse(json.dumps({"memories": recs}), window)
+    res = extractor.parse(json.dumps({"memories": recs}), window)
     assert [r.source_speaker for r in res.records] == ["Tom", "Tom"]
     assert codes(res) == ["speaker_mismatch"]
 
@@ -172,7 +172,7 @@ def test_flattened_record_and_nulls(window):
         "location": None,
         "keywords": None,
     }
-    res = extraction.parse(json.dumps({"memories": [flat]}), window)
+    res = extractor.parse(json.dumps({"memories": [flat]}), window)
     assert res.records[0].dimension.memory_type == "fact" and res.records[0].dimension.keywords == []
     assert "flattened_dimension" in codes(res)
 
@@ -191,12 +191,12 @@ def test_flattened_record_and_nulls(window):
     ],
 )
 def test_hopeless_outputs_yield_no_records(window, raw, code):
-    res = extraction.parse(raw, window)
+    res = extractor.parse(raw, window)
     assert res.records == [] and code in codes(res)
 
 
 def test_bare_list_and_bad_items(window):
-    res = extraction.parse(
+    res = extractor.parse(
         json.dumps(
             [
                 REC,
@@ -215,13 +215,13 @@ def test_repeated_records_are_kept_once(window):
     loop = dict(REC, content="  tom ADOPTED a puppy named Biscuit on 2023-05-06. ")
     next_message = dict(REC, source_id=5, source_speaker="Maya")  # the loop moved on to the next message
     other = dict(REC, source_id=5, source_speaker="Maya", content="Maya loves hiking.")
-    res = extraction.parse(json.dumps({"memories": [REC, loop, next_message, other, REC]}), window)
+    res = extractor.parse(json.dumps({"memories": [REC, loop, next_message, other, REC]}), window)
     assert [(r.source_id, r.content) for r in res.records] == [(4, REC["content"]), (5, "Maya loves hiking.")]
     assert [p.index for p in res.problems if p.code == "duplicate_record"] == [1, 2, 4]
 
 
 def test_empty_memories_is_ok(window):
-    res = extraction.parse('{"memories": []}', window)
+    res = extractor.parse('{"memories": []}', window)
     assert res.ok and res.records == [] and res.problems == []
 
 
@@ -242,7 +242,7 @@ QP = {
 
 def test_query_parse_clean_and_wrapped():
     for raw in (json.dumps(QP), "```json\n" + json.dumps(QP) + "\n```", "<think>x</think>" + json.dumps(QP)):
-        res = query_parse.parse(raw)
+        res = query_parser.parse(raw)
         assert res.ok and res.query.dimension.time.startswith("between") and codes(res) == []
 
 
@@ -254,7 +254,7 @@ def test_query_parse_repairs_fields():
         keywords="camping; trips",
         time="Between 2023-01-01 and 2023-04-29",
     )
-    res = query_parse.parse(json.dumps(bad))
+    res = query_parser.parse(json.dumps(bad))
     q = res.query
     assert q.need_assistant_context is True and q.answer_dim == "time"
     assert q.dimension.target_memory_type == ["episodic"] and q.dimension.keywords == ["camping", "trips"]
@@ -272,15 +272,15 @@ def test_query_parse_repairs_fields():
     ],
 )
 def test_query_parse_problems(raw, code):
-    assert code in codes(query_parse.parse(raw))
+    assert code in codes(query_parser.parse(raw))
 
 
 def test_query_time_range():
     from datetime import date
 
-    assert query_parse.time_range("between 2023-01-01 and 2023-04-29") == (date(2023, 1, 1), date(2023, 4, 29))
-    assert query_parse.time_range("before 2023-05") == (None, date(2023, 5, 31))
-    assert query_parse.time_range("") is None and query_parse.time_range("on someday") is None
+    assert query_parser.time_range("between 2023-01-01 and 2023-04-29") == (date(2023, 1, 1), date(2023, 4, 29))
+    assert query_parser.time_range("before 2023-05") == (None, date(2023, 5, 31))
+    assert query_parser.time_range("") is None and query_parser.time_range("on someday") is None
 
 
 # --- memory types -------------------------------------------------------------------------------
@@ -299,14 +299,14 @@ def test_query_time_range():
     ],
 )
 def test_memory_type_parse(raw, want, code):
-    res = memory_type.parse(raw)
+    res = router.parse(raw)
     assert res.labels == want
     if code:
         assert code in codes(res)
 
 
 def test_memory_type_unreadable():
-    assert memory_type.parse("").labels is None and memory_type.parse("hmm, hard to say").labels is None
+    assert router.parse("").labels is None and router.parse("hmm, hard to say").labels is None
 
 
 @pytest.mark.parametrize(
@@ -321,7 +321,7 @@ def test_memory_type_unreadable():
     ],
 )
 def test_binary_decision(raw, want):
-    assert memory_type.parse_binary(raw)[0] is want
+    assert router.parse_binary(raw)[0] is want
 
 
 # --- recall plan --------------------------------------------------------------------------------
@@ -348,7 +348,7 @@ def test_binary_decision(raw, want):
     ],
 )
 def test_recall_plan_parse(raw, c, kws, code):
-    res = recall_plan.parse(raw, names=["Caroline"])
+    res = planner.parse(raw, names=["Caroline"])
     assert res.plan.complexity == c and res.plan.keywords == kws
     if code:
         assert code in codes(res)
@@ -364,12 +364,12 @@ def test_recall_plan_parse(raw, c, kws, code):
     ],
 )
 def test_recall_plan_problems(raw, code):
-    res = recall_plan.parse(raw)
+    res = planner.parse(raw)
     assert res.plan is None and code in codes(res)
 
 
 def test_heuristic_keywords_skip_names_and_stopwords():
-    kws = recall_plan.heuristic_keywords("When did Caroline go to the LGBTQ support group?", names=["Caroline"])
+    kws = planner.heuristic_keywords("When did Caroline go to the LGBTQ support group?", names=["Caroline"])
     assert "Caroline" not in kws and 1 <= len(kws) <= 3 and "support" in kws
 
 
@@ -386,20 +386,20 @@ def test_heuristic_keywords_skip_names_and_stopwords():
     ],
 )
 def test_gate_parse(raw, want, code):
-    res = recall_gate.parse(raw, n_candidates=5)
+    res = gate.parse(raw, n_candidates=5)
     assert res.kept_ids == want
     if code:
         assert code in codes(res)
 
 
 def test_gate_budget_and_select():
-    res = recall_gate.parse(json.dumps({"kept_ids": list(range(1, 15))}), n_candidates=20, complexity="simple")
-    assert len(res.kept_ids) == recall_gate.BUDGETS["simple"] and "over_budget" in codes(res)
+    res = gate.parse(json.dumps({"kept_ids": list(range(1, 15))}), n_candidates=20, complexity="simple")
+    assert len(res.kept_ids) == gate.BUDGETS["simple"] and "over_budget" in codes(res)
     scores = [0.9, 0.55, 0.65, 0.2, 0.95]
-    assert recall_gate.select(scores, "simple") == [5, 1, 3]  # cut 0.6
-    assert recall_gate.select(scores, "complex") == [5, 1, 3, 2]  # cut 0.4
-    assert len(recall_gate.select([0.99] * 30, "hybrid")) == recall_gate.BUDGETS["hybrid"]
+    assert gate.select(scores, "simple") == [5, 1, 3]  # cut 0.6
+    assert gate.select(scores, "complex") == [5, 1, 3, 2]  # cut 0.4
+    assert len(gate.select([0.99] * 30, "hybrid")) == gate.BUDGETS["hybrid"]
 
 
 def test_gate_unreadable():
-    assert recall_gate.parse("").kept_ids is None and recall_gate.parse("keep the first").kept_ids is None
+    assert gate.parse("").kept_ids is None and gate.parse("keep the first").kept_ids is None

@@ -11,38 +11,38 @@ import pytest
 from memdistill.metrics.recall import ndcg_at
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.bank import BankError
-from memdistill.spec import query_type
-from memdistill.spec.extraction import Dimension
+from memdistill.spec import querytyper
+from memdistill.spec.extractor import Dimension
 from tests.conftest import encoder_rows, train_tiny_encoder
 
 
 def test_parse_keeps_k_distinct_memories_and_names_problems():
     raw = json.dumps({"memories": ["Tom: I adopted a puppy.", " Tom:  I adopted a puppy. ", "", "Maya: Nice!"]})
-    res = query_type.parse(raw, k=5)
+    res = querytyper.parse(raw, k=5)
     assert res.memories == ["Tom: I adopted a puppy.", "Maya: Nice!"]
     assert [p.code for p in res.problems] == ["few_memories"]
-    assert query_type.parse(json.dumps({"memories": [f"m{i}" for i in range(7)]})).memories == [
+    assert querytyper.parse(json.dumps({"memories": [f"m{i}" for i in range(7)]})).memories == [
         f"m{i}" for i in range(5)
     ]
-    bad = query_type.parse('{"answer": "yes"}')
+    bad = querytyper.parse('{"answer": "yes"}')
     assert not bad.ok and "wrong_shape" in [p.code for p in bad.problems]
-    assert not query_type.parse("").ok and not query_type.parse(None).ok
+    assert not querytyper.parse("").ok and not querytyper.parse(None).ok
 
 
 def test_vote_counts_memories_then_breaks_ties_by_probability_mass():
     # EM present in 2 memories, PM in 2: tie on counts, PM has more mass
     probs = [[0.9, 0.6, 0.1], [0.55, 0.95, 0.0], [0.1, 0.2, 0.3]]
-    assert query_type.vote(probs) == "PM"
-    assert query_type.vote([[0.9, 0.6, 0.1], [0.55, 0.4, 0.0]]) == "EM"  # EM in 2 memories, PM in 1
-    assert query_type.vote([[0.1, 0.2, 0.49]]) == query_type.NONE
-    assert query_type.label_of([0.1, 0.2, 0.6, 0.1]) == "GM"
+    assert querytyper.vote(probs) == "PM"
+    assert querytyper.vote([[0.9, 0.6, 0.1], [0.55, 0.4, 0.0]]) == "EM"  # EM in 2 memories, PM in 1
+    assert querytyper.vote([[0.1, 0.2, 0.49]]) == querytyper.NONE
+    assert querytyper.label_of([0.1, 0.2, 0.6, 0.1]) == "GM"
 
 
 def test_scope_keeps_its_type_and_every_untyped_record():
-    assert query_type.in_scope(["EM", "PM"], "PM")
-    assert not query_type.in_scope(["GM"], "PM")
-    assert query_type.in_scope(None, "PM") and query_type.in_scope([], "PM")
-    assert query_type.in_scope(["GM"], None) and query_type.in_scope(["GM"], query_type.NONE)
+    assert querytyper.in_scope(["EM", "PM"], "PM")
+    assert not querytyper.in_scope(["GM"], "PM")
+    assert querytyper.in_scope(None, "PM") and querytyper.in_scope([], "PM")
+    assert querytyper.in_scope(["GM"], None) and querytyper.in_scope(["GM"], querytyper.NONE)
 
 
 def _item(mid: str, content: str, types, turn: str) -> MemoryItem:
@@ -70,7 +70,7 @@ def test_type_scoped_retrieval_never_drops_an_untyped_record():
     scoped = rt.but(query_typer=lambda q: "EM").recall("marathon", "c1", route=False)
     assert {h.item.memory_id for h in scoped.hits} == {"em", "untyped", "none"}
     assert scoped.query_type == "EM" and scoped.skipped == pytest.approx(0.25)
-    none = rt.but(query_typer=lambda q: query_type.NONE).recall("marathon", "c1", route=False)
+    none = rt.but(query_typer=lambda q: querytyper.NONE).recall("marathon", "c1", route=False)
     assert len(none.hits) == 4 and none.skipped == 0.0
 
 
@@ -114,7 +114,7 @@ def test_ndcg_against_a_hand_computed_fixture():
 
 def test_gold_rows_carry_the_evidence_turns_as_memories():
     rows = encoder_rows("querytyper", 300, "test")
-    assert len(rows) == 60 and all(1 <= len(r["memories"]) <= query_type.K for r in rows)
+    assert len(rows) == 60 and all(1 <= len(r["memories"]) <= querytyper.K for r in rows)
     first = rows[0]
     assert first["memories"][0].startswith("Priya: ") or ": " in first["memories"][0]
     assert "label" not in first  # the label is the router's vote, cast at training time
@@ -142,9 +142,9 @@ def test_query_typer_learns_the_router_vote(tiny_typing_models):
     # the label is exactly the vote over the router's own scores of those memories
     r_enc = Encoder(str(router))
     for row in labelled:
-        assert row["label"] == query_type.vote(r_enc.scores([(m,) for m in row["memories"]]))
+        assert row["label"] == querytyper.vote(r_enc.scores([(m,) for m in row["memories"]]))
     assert {r["question_id"] for r in labelled} == {r["question_id"] for r in rows}
-    assert all(p in query_type.LABELS for p in enc.query_types([r["text"] for r in rows]))
+    assert all(p in querytyper.LABELS for p in enc.query_types([r["text"] for r in rows]))
 
 
 def test_gpu_recipe_trains_the_query_typer_on_a_tiny_roberta(tiny_typing_models, tiny_roberta_dir, tmp_path):
@@ -197,15 +197,15 @@ def test_eval_typing_scores_three_typings_and_scoped_retrieval(tiny_typing_model
     assert set(scopes) == {"unscoped", RAW, RULES, TYPER, ORACLE}
     assert scopes["unscoped"]["skipped"]["mean"] == 0.0
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(preds) == 60 and all(p["reference"] in query_type.LABELS for p in preds)
+    assert len(preds) == 60 and all(p["reference"] in querytyper.LABELS for p in preds)
     assert (out / "report.md").read_text().count("MemoType Table 2 layout") == 1
     assert (out / "retrieval.png").stat().st_size > 0 and (out / "typing.png").stat().st_size > 0
 
 
 @pytest.mark.vllm
 def test_the_lm_writes_k_hypothetical_memories_under_the_served_schema(mm):
-    text, _, _ = mm.chat(query_type.chat_messages("Where did Tom run his first half marathon?"),
-                         query_type.json_schema(), "memories", 400)  # fmt: skip
-    assert len(json.loads(text)["memories"]) == query_type.K
+    text, _, _ = mm.chat(querytyper.chat_messages("Where did Tom run his first half marathon?"),
+                         querytyper.json_schema(), "memories", 400)  # fmt: skip
+    assert len(json.loads(text)["memories"]) == querytyper.K
     res = mm.hypothetical_memories("Where did Tom run his first half marathon?")
-    assert res.ok and 1 <= len(res.memories) <= query_type.K
+    assert res.ok and 1 <= len(res.memories) <= querytyper.K

@@ -20,8 +20,8 @@ from memdistill.runtime import (
     score_gate,
 )
 from memdistill.spec.dialogue import Conversation, Session, Turn
-from memdistill.spec.extraction import Dimension, MemoryRecord
-from memdistill.spec.query_parse import QueryAnalysis, QueryDimension
+from memdistill.spec.extractor import Dimension, MemoryRecord
+from memdistill.spec.query_parser import QueryAnalysis, QueryDimension
 from tests.conftest import FIXTURES
 
 

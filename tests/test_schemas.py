@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from memdistill.spec import extraction, memory_type, query_parse, recall_gate, recall_plan
+from memdistill.spec import extractor, gate, planner, query_parser, router
 
 REC = {
     "source_id": 3,
@@ -104,11 +104,11 @@ def variants_query():
 
 
 CASES = [
-    (extraction.ExtractionOutput, extraction.json_schema(), variants_extraction()),
-    (query_parse.QueryAnalysis, query_parse.json_schema(), variants_query()),
+    (extractor.ExtractionOutput, extractor.json_schema(), variants_extraction()),
+    (query_parser.QueryAnalysis, query_parser.json_schema(), variants_query()),
     (
-        memory_type.TypeLabels,
-        memory_type.json_schema(),
+        router.TypeLabels,
+        router.json_schema(),
         [
             {"labels": []},
             {"labels": ["EM", "GM"]},
@@ -119,13 +119,13 @@ CASES = [
         ],
     ),
     (
-        memory_type.TypeDecision,
-        memory_type.json_schema(binary=True),
+        router.TypeDecision,
+        router.json_schema(binary=True),
         [{"present": True}, {"present": "yes"}, {"present": 1}, {}],
     ),
     (
-        recall_plan.RecallPlan,
-        recall_plan.json_schema(),
+        planner.RecallPlan,
+        planner.json_schema(),
         [
             {"complexity": "simple", "keywords": ["a"]},
             {"complexity": "hybrid", "keywords": []},
@@ -136,8 +136,8 @@ CASES = [
         ],
     ),
     (
-        recall_gate.GateOutput,
-        recall_gate.json_schema(),
+        gate.GateOutput,
+        gate.json_schema(),
         [{"kept_ids": []}, {"kept_ids": [1, 2]}, {"kept_ids": ["1"]}, {"kept_ids": [1.5]}, {"relevant_ids": [1]}],
     ),
 ]
@@ -160,20 +160,20 @@ def test_schema_accepts_exactly_what_pydantic_accepts(model, schema, samples):
 
 
 def test_extraction_schema_is_self_contained():
-    s = json.dumps(extraction.json_schema())
+    s = json.dumps(extractor.json_schema())
     assert "$ref" not in s and "$defs" not in s
 
 
 def test_render_completion_round_trips():
-    out = extraction.ExtractionOutput.model_validate(json.loads(json.dumps({"memories": [REC]})))
-    text = extraction.render_completion(out.memories, compact=False)
-    res = extraction.parse(text)
+    out = extractor.ExtractionOutput.model_validate(json.loads(json.dumps({"memories": [REC]})))
+    text = extractor.render_completion(out.memories, compact=False)
+    res = extractor.parse(text)
     assert res.problems == [] and res.records == out.memories
 
 
 def test_compact_completion_leaves_out_speaker_and_empty_dimensions():
-    rec = extraction.MemoryRecord.model_validate(REC)
-    text = extraction.render_completion([rec])
+    rec = extractor.MemoryRecord.model_validate(REC)
+    text = extractor.render_completion([rec])
     assert json.loads(text) == {
         "memories": [
             {
@@ -188,7 +188,7 @@ def test_compact_completion_leaves_out_speaker_and_empty_dimensions():
             }
         ]
     }
-    assert len(text) < len(extraction.render_completion([rec], compact=False))
+    assert len(text) < len(extractor.render_completion([rec], compact=False))
 
 
 def test_compact_completion_parses_back_to_every_gold_record():
@@ -206,9 +206,9 @@ def test_compact_completion_parses_back_to_every_gold_record():
     for conv in seed.conversations.values():
         for w in windows(conv, 6, 1):
             gold = seed.gold_records(w)
-            text = extraction.render_completion(gold)
-            jsonschema.validate(json.loads(text), extraction.json_schema(w))
-            res, full = extraction.parse(text, w), extraction.parse(extraction.render_completion(gold, False), w)
+            text = extractor.render_completion(gold)
+            jsonschema.validate(json.loads(text), extractor.json_schema(w))
+            res, full = extractor.parse(text, w), extractor.parse(extractor.render_completion(gold, False), w)
             assert [r.model_dump() for r in res.records] == [r.model_dump() for r in full.records]
             assert [r.source_speaker for r in res.records] == [g.source_speaker for g in gold]
             assert not any(p.code == "speaker_mismatch" for p in full.problems)
@@ -230,15 +230,15 @@ def test_window_schema_admits_gold_and_bounds_a_loop():
     for conv in seed.conversations.values():
         for size, overlap in ((6, 1), (4, 1), (25, 5), (15, 3)):
             for w in windows(conv, size, overlap):
-                gold = json.loads(extraction.render_completion(seed.gold_records(w)))
-                jsonschema.validate(gold, extraction.json_schema(w))
+                gold = json.loads(extractor.render_completion(seed.gold_records(w)))
+                jsonschema.validate(gold, extractor.json_schema(w))
                 checked += 1
     assert checked > 500
     w = windows(next(iter(seed.conversations.values())), 6, 1)[1]
-    schema = extraction.json_schema(w)
+    schema = extractor.json_schema(w)
     rec = dict(REC, source_id=w.extract_from)
     ok = jsonschema.Draft202012Validator(schema).is_valid
     assert ok({"memories": [rec]})
     assert not ok({"memories": [dict(rec, source_id=1)]})  # message 1 is context
     assert not ok({"memories": [dict(rec, content="again " * 100)]})
-    assert not ok({"memories": [rec] * (extraction.MAX_RECORDS_PER_MESSAGE * len(w.extractable()) + 1)})
+    assert not ok({"memories": [rec] * (extractor.MAX_RECORDS_PER_MESSAGE * len(w.extractable()) + 1)})

@@ -199,7 +199,7 @@ def test_built_training_sets_never_touch_the_test_split(tmp_path, seed):
 def test_extraction_rows_are_rendered_with_the_configured_student_prompt(tmp_path, seed):
     from memdistill.core.config import ConfigError
     from memdistill.data.build import DataConfig, build
-    from memdistill.spec import extraction
+    from memdistill.spec import extractor
 
     out = tmp_path / "built"
     build(DataConfig(output_dir=str(out), tasks=["extractor"], student_prompt="student-short"))
@@ -207,9 +207,80 @@ def test_extraction_rows_are_rendered_with_the_configured_student_prompt(tmp_pat
     ext = [r for r in rows if r["task"] == "extractor"]
     assert len(ext) > 50
     assert {r["student_prompt"] for r in ext} == {"student-short"}
-    assert {r["prompt"][0]["content"] for r in ext} == {extraction.STUDENT_PROMPTS["student-short"]}
+    assert {r["prompt"][0]["content"] for r in ext} == {extractor.STUDENT_PROMPTS["student-short"]}
     with pytest.raises(ConfigError, match="student_prompt: 'short' is not a student prompt"):
         build(DataConfig(output_dir=str(tmp_path / "bad"), tasks=["extractor"], student_prompt="short"))
     assert not (tmp_path / "bad").exists()
     with pytest.raises(ValueError, match="unknown extraction prompt 'short'"):
-        extraction.chat_messages(windows(next(iter(seed.conversations.values())), 6, 1)[0], "short")
+        extractor.chat_messages(windows(next(iter(seed.conversations.values())), 6, 1)[0], "short")
+
+
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def test_unanswerable_questions_have_no_evidence_records_and_answerable_ones_have_both(tmp_path, seed):
+    d = _copy(tmp_path)
+    qs = _rows(d / "questions.jsonl")
+    mp = next(i for i, q in enumerate(qs) if seed.conversations[q["conversation_id"]].style == "multi-party")
+    qs[mp]["category"] = "adversarial"  # still carries its evidence records
+    ua = next(i for i, q in enumerate(qs) if seed.conversations[q["conversation_id"]].style == "user-assistant")
+    qs[ua]["evidence_memory_ids"] = []  # answerable, no evidence records
+    _write(d / "questions.jsonl", qs)
+    errors = seedlib.check(d, minimums=False).errors
+    assert any(f"({qs[mp]['question_id']}): a adversarial question has no evidence records" in e for e in errors)
+    assert any(f"({qs[ua]['question_id']}): an answerable question needs evidence" in e for e in errors)
+
+
+def test_long_conversations_are_reported_apart_and_need_their_questions(tmp_path, seed):
+    long = [c for c in seed.conversations.values() if seedlib.length(c) == "long"]
+    assert long and all(len(c.sessions) >= seedlib.LONG_SESSIONS for c in long)
+    cid = long[0].conversation_id
+    d = _copy(tmp_path)
+    _write(d / "questions.jsonl", [q for q in _rows(d / "questions.jsonl") if q["conversation_id"] != cid][:-1])
+    errors = seedlib.check(d, minimums=False).errors
+    assert any(f"long conversation {cid} has 0 questions, {seedlib.LONG_QUESTIONS}+ needed" in e for e in errors)
+
+
+def test_merge_parts_puts_a_part_back_exactly_and_refuses_it_twice(tmp_path):
+    """The corpus's last conversation, taken out into a part and merged back, gives the same files (gate.jsonl
+    rebuilt included); merging a conversation the corpus has is refused before anything is written."""
+    d = _copy(tmp_path)
+    before = {f: (d / f).read_text() for f in ("conversations.jsonl", *seedlib.FILES.values()) if (d / f).exists()}
+    cid = _rows(d / "conversations.jsonl")[-1]["conversation_id"]
+    part = d / "parts" / cid
+    part.mkdir(parents=True, exist_ok=True)
+    for f in ("conversations.jsonl", *seedlib.FILES.values()):
+        if f in ("gate.jsonl", "segments_second.jsonl") or not (d / f).exists():
+            continue
+        rows = _rows(d / f)
+        _write(d / f, [r for r in rows if r.get("conversation_id") != cid])
+        _write(part / f, [r for r in rows if r.get("conversation_id") == cid])
+    assert seedlib.check(part, minimums=False).ok
+    rep = seedlib.merge_parts([part], d)
+    assert rep.ok, rep.errors[:3]
+    assert not part.exists() and {f: (d / f).read_text() for f in before} == before
+    again = d / "parts" / "again"
+    shutil.copytree(d, again, ignore=shutil.ignore_patterns("parts", "plans", "second_reading", "*.md"))
+    with pytest.raises(seedlib.SourceError, match="exist"):
+        seedlib.merge_parts([again], d)
+    assert {f: (d / f).read_text() for f in before} == before
+
+
+def test_second_reading_agreement_is_what_the_files_say():
+    """agreement.json (the figures DATA_CARD.md quotes) is recomputed from the two readings, and the matcher
+    pairs records of one turn by shared words, one to one."""
+    from memdistill.data import agreement
+
+    second = SEED / "second_reading"
+    assert json.loads((second / "agreement.json").read_text()) == agreement.report(SEED, second)
+    g = [{"source_turn_id": "D1:1", "content": "Maya adopted a puppy named Biscuit."},
+         {"source_turn_id": "D1:1", "content": "Maya works as a nurse."}]  # fmt: skip
+    s = [{"source_turn_id": "D1:1", "content": "Maya works night shifts as a nurse."},
+         {"source_turn_id": "D1:2", "content": "Maya adopted a puppy named Biscuit."}]  # fmt: skip
+    assert agreement.match(g, s) == [(g[1], s[0])]
+    assert agreement.token_f1("a b c", "a b c") == 1.0 and agreement.token_f1("a", "b") == 0.0

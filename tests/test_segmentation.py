@@ -11,7 +11,7 @@ import pytest
 from memdistill.data import seed as seedlib
 from memdistill.metrics.encoders import binary_prf
 from memdistill.metrics.segmentation import pk_counts, probe_width, windowdiff_counts
-from memdistill.spec import topic_segment as ts
+from memdistill.spec import segmenter as ts
 from memdistill.spec.dialogue import Turn
 
 T0 = datetime(2023, 5, 8, 13, 0)
@@ -142,7 +142,7 @@ def test_segmenter_scores_pool_sessions_and_sit_beside_never_and_always_cut():
 
 
 def test_the_rule_baseline_cuts_on_a_cue_or_on_no_shared_content_word():
-    from memdistill.spec.topic_segment import rule_change as rule_segmenter
+    from memdistill.spec.segmenter import rule_change as rule_segmenter
 
     before = ["Maya: The marathon training is brutal this month", "Tom: How many miles are you running weekly?"]
     assert rule_segmenter({"before": before, "target": "Maya: About forty miles, mostly marathon pace runs"}) is False

@@ -10,7 +10,7 @@ import pytest
 from memdistill.data import seed as seedlib
 from memdistill.serve.client import BadRequest, EndpointTimeout, EndpointUnavailable, MemoryModels
 from memdistill.serve.server import free_port
-from memdistill.spec import recall_plan
+from memdistill.spec import planner
 from memdistill.spec.dialogue import windows
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS, prompt_ids
 from tests.conftest import REPO
@@ -85,7 +85,7 @@ def test_other_models_answer_through_the_sdk(mm):
     types = mm.classify_types(["Hi there!", "Last Saturday I ran my first half marathon in Lisbon."])
     assert len(types) == 2 and all(t.ok for t in types), [t.problems for t in types]
     plan = mm.plan("Would Maya enjoy a beach holiday?", names=["Maya"])
-    assert plan.ok and plan.plan.complexity in recall_plan.COMPLEXITIES, plan.problems
+    assert plan.ok and plan.plan.complexity in planner.COMPLEXITIES, plan.problems
     g = mm.gate("When did Tom adopt his dog?", "simple", ["Tom adopted a dog on 2023-05-06.", "Tom likes jazz."])
     assert g.ok and set(g.kept_ids) <= {1, 2}, g.problems
 
@@ -94,11 +94,11 @@ def test_served_rendering_equals_training_rendering(server, seed):
     """vLLM renders the chat exactly as training does (same template, thinking off by default)."""
     from transformers import AutoTokenizer
 
-    from memdistill.spec import extraction
+    from memdistill.spec import extractor
 
     tok = AutoTokenizer.from_pretrained(server.model)
     conv = next(iter(seed.conversations.values()))
-    msgs = extraction.chat_messages(windows(conv, 6, 1)[1])
+    msgs = extractor.chat_messages(windows(conv, 6, 1)[1])
     for body in ({"messages": msgs}, {"messages": msgs, "chat_template_kwargs": CHAT_TEMPLATE_KWARGS}):
         r = httpx.post(
             f"{server.urls[0]}/tokenize",

@@ -15,7 +15,7 @@ from memdistill.data.teacher import (
     retry_after_seconds,
     settings_from_dict,
 )
-from memdistill.spec import extraction, recall_plan
+from memdistill.spec import extractor, planner
 from memdistill.spec.render import CHAT_TEMPLATE_KWARGS
 
 KEY = "sk-teacher-test-0123456789"
@@ -35,7 +35,7 @@ def _settings(urls, **kw):
 
 
 def _msgs(k: int) -> list[dict]:
-    return recall_plan.chat_messages(f"Which hiking trails did Maya try in spring number {k}?", "teacher")
+    return planner.chat_messages(f"Which hiking trails did Maya try in spring number {k}?", "teacher")
 
 
 def _run(settings, cache_dir, coro_fn, api_key=KEY):
@@ -54,7 +54,7 @@ def test_every_fault_is_retried_until_an_answer(tmp_path):
         reply, stats = _run(
             _settings(fake.url, concurrency=1, max_retries=6),
             tmp_path,
-            lambda t: t.complete(_msgs(0), recall_plan.json_schema(), "plan"),
+            lambda t: t.complete(_msgs(0), planner.json_schema(), "plan"),
         )
         assert time.time() - t0 >= 0.4 + 0.6  # waited out Retry-After and the client timeout
         assert fake.requests == 7 and stats.requests == 7 and stats.retries == 6
@@ -66,7 +66,7 @@ def test_every_fault_is_retried_until_an_answer(tmp_path):
             "bad_response": 1,
             "http_503": 1,
         }
-        assert recall_plan.parse(reply.text).ok and reply.prompt_tokens > 0 and not reply.cached
+        assert planner.parse(reply.text).ok and reply.prompt_tokens > 0 and not reply.cached
 
 
 def test_retries_run_out_and_client_errors_are_not_retried(tmp_path):
@@ -155,14 +155,14 @@ def test_request_body(tmp_path, structured, no_think):
         _run(
             _settings(fake.url, structured=structured, qwen3_no_think=no_think, max_tokens=99),
             tmp_path,
-            lambda t: t.complete(_msgs(0), extraction.json_schema(), "memories"),
+            lambda t: t.complete(_msgs(0), extractor.json_schema(), "memories"),
         )
         body = fake.log[0]["body"]
     assert body["model"] == "fake-teacher" and body["max_tokens"] == 99 and body["temperature"] == 0.0
     assert content_hash(body["messages"]) == content_hash(_msgs(0))
     if structured == "json_schema":
         assert body["response_format"]["type"] == "json_schema"
-        assert body["response_format"]["json_schema"]["schema"] == extraction.json_schema()
+        assert body["response_format"]["json_schema"]["schema"] == extractor.json_schema()
     elif structured == "json_object":
         assert body["response_format"] == {"type": "json_object"}
     else:

@@ -15,7 +15,7 @@ import yaml
 
 from memdistill.core.config import ConfigError, load_config
 from memdistill.data.sources import load
-from memdistill.spec import SCHEMA_VERSION, extraction, query_parse
+from memdistill.spec import SCHEMA_VERSION, extractor, query_parser
 from memdistill.spec.dialogue import windows
 from memdistill.spec.render import prompt_ids, sft_row
 from tests.conftest import FIXTURES, REPO
@@ -73,18 +73,18 @@ def _rows(prompt: str = "student"):
     rows = []
     for w in windows(conv, 8, 2)[:3]:
         n, t = w.extractable()[0]
-        rec = extraction.MemoryRecord(
+        rec = extractor.MemoryRecord(
             source_id=n,
             source_speaker=t.speaker,
             content=f"{t.speaker} said: {t.text[:60]}",
-            dimension=extraction.Dimension(
+            dimension=extractor.Dimension(
                 memory_type="episodic", time=t.timestamp.date().isoformat(), keywords=[t.speaker.lower()]
             ),
         )
         rows.append(
             sft_row(
-                extraction.chat_messages(w, prompt),
-                extraction.render_completion([rec]),
+                extractor.chat_messages(w, prompt),
+                extractor.render_completion([rec]),
                 task="extractor",
                 schema_version=SCHEMA_VERSION,
                 conversation_id=conv.conversation_id,
@@ -93,16 +93,16 @@ def _rows(prompt: str = "student"):
                 student_prompt=prompt,
             )
         )
-    qa = query_parse.QueryAnalysis(
+    qa = query_parser.QueryAnalysis(
         query_anchor="When Caroline went to the support group",
         need_assistant_context=False,
-        dimension=query_parse.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
+        dimension=query_parser.QueryDimension(target_memory_type=["episodic"], keywords=["support group"]),
         answer_dim="time",
     )
     rows.append(
         sft_row(
-            query_parse.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
-            query_parse.render_completion(qa),
+            query_parser.chat_messages("When did Caroline go to the support group?", "2023-06-01T10:00:00"),
+            query_parser.render_completion(qa),
             task="query_parser",
             schema_version=SCHEMA_VERSION,
             conversation_id=conv.conversation_id,
@@ -339,8 +339,8 @@ def test_the_student_prompt_travels_from_the_dataset_to_the_sdk(tiny_qwen3_dir, 
     # what the SDK and eval send for a window is what the model was trained on for it, system prompt included
     conv = load("locomo", FIXTURES / "locomo_sample.json")[0]
     w = windows(conv, 8, 2)[0]
-    assert extraction.chat_messages(w, mm.student_prompt()) == rows[0]["prompt"]
-    assert rows[0]["prompt"][0]["content"] == extraction.STUDENT_PROMPTS["student-short"] != extraction.STUDENT_SYSTEM
+    assert extractor.chat_messages(w, mm.student_prompt()) == rows[0]["prompt"]
+    assert rows[0]["prompt"][0]["content"] == extractor.STUDENT_PROMPTS["student-short"] != extractor.STUDENT_SYSTEM
 
 
 def test_a_set_mixing_student_prompts_is_refused_before_training(tiny_qwen3_dir, tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memdistill.spec import MODELS, consolidation, memory_type, query_type, recall_gate, recall_plan, topic_segment
+from memdistill.spec import MODELS, consolidator, gate, planner, querytyper, router, segmenter
 
 
 class Encoder:
@@ -52,28 +52,26 @@ class Encoder:
 
     # decisions, as the SDK makes them from served scores
     def classify_types(self, snippets: list[str]) -> list[list[str]]:
-        return [memory_type.from_probs(p) for p in self.scores([(memory_type.encoder_text(s),) for s in snippets])]
+        return [router.from_probs(p) for p in self.scores([(router.encoder_text(s),) for s in snippets])]
 
     def complexity(self, questions: list[str]) -> list[str]:
-        return [recall_plan.complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
+        return [planner.complexity_of(p) for p in self.scores([(" ".join(q.split()),) for q in questions])]
 
     def keep_scores(self, question: str, complexity: str, candidates: list[str]) -> list[float]:
-        q = recall_gate.pair_query(question, complexity)
+        q = gate.pair_query(question, complexity)
         return [s[0] for s in self.scores([(q, c) for c in candidates])]
 
     def changes(self, texts: list[str]) -> list[bool]:
-        """`topic_segment.encoder_text` texts -> whether each utterance opens a topic."""
-        return [topic_segment.label_of(p) == "CHANGE" for p in self.scores([(t,) for t in texts])]
+        """`segmenter.encoder_text` texts -> whether each utterance opens a topic."""
+        return [segmenter.label_of(p) == "CHANGE" for p in self.scores([(t,) for t in texts])]
 
     def query_types(self, questions: list[str]) -> list[str]:
         """Questions -> MemoType query type (EM / PM / GM / none), as the query typer learnt the vote."""
-        return [query_type.label_of(p) for p in self.scores([(query_type.encoder_text(q),) for q in questions])]
+        return [querytyper.label_of(p) for p in self.scores([(querytyper.encoder_text(q),) for q in questions])]
 
     def actions(self, pairs) -> list[str]:
         """(new, existing) StoredRecord pairs -> MERGE / SUPERSEDE / KEEPBOTH."""
-        return [
-            consolidation.action_of(p) for p in self.scores([(consolidation.encoder_text(n, o),) for n, o in pairs])
-        ]
+        return [consolidator.action_of(p) for p in self.scores([(consolidator.encoder_text(n, o),) for n, o in pairs])]
 
 
 def _task_of(config) -> str:

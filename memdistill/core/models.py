@@ -118,7 +118,7 @@ def trained_windows(model_dir) -> dict | None:
 
 
 def trained_prompt(model_dir) -> str:
-    """The extraction student prompt a model was trained with (a name in `spec.extraction.STUDENT_PROMPTS`):
+    """The extraction student prompt a model was trained with (a name in `spec.extractor.STUDENT_PROMPTS`):
     "student" for a base model and for models trained before prompts had names."""
     return _trained_meta(model_dir).get("student_prompt") or "student"
 

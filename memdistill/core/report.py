@@ -4,6 +4,7 @@ the pieces of a model card. One copy each, so all reports read alike."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 
@@ -17,6 +18,21 @@ def ci_cell(value, ci, spec: str = "", ci_spec: str | None = None) -> str:
     """A figure with its 95% interval, `value [lo, hi]`, the way every report prints one."""
     ci_spec = spec if ci_spec is None else ci_spec
     return f"{value:{spec}} [{ci[0]:{ci_spec}}, {ci[1]:{ci_spec}}]"
+
+
+def rate_cell(s: dict, key: str, scale: float = 1, spec: str = ".3f", ci_spec: str | None = ".2f") -> str:
+    """`s[key]` with its interval `s[key + "_ci95"]` (every rate in the reports carries one), scaled (100 for
+    percentages); "-" where the figure is missing (None: no unit had it)."""
+    if s.get(key) is None:
+        return "-"
+    return ci_cell(s[key] * scale, [x * scale for x in s[f"{key}_ci95"]], spec, ci_spec)
+
+
+def run_dir(output_dir) -> Path:
+    """A new run directory, output_dir/<YYYYmmdd-HHMMSS>: every eval job writes one per run."""
+    out = Path(output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def flat(d: dict, prefix: str = "") -> dict:

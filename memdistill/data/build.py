@@ -53,7 +53,7 @@ from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
 from memdistill.data.config import DataConfig
-from memdistill.spec import MODELS, SCHEMA_VERSION, TRAINING_SETS, consolidation, extraction, memory_type, topic_segment
+from memdistill.spec import MODELS, SCHEMA_VERSION, TRAINING_SETS, consolidator, extractor, router, segmenter
 from memdistill.spec import model as spec_model
 from memdistill.spec.compact import CompactModel
 from memdistill.spec.dialogue import Window, message_text, windows
@@ -86,7 +86,7 @@ def _gold_windows(seed: seedlib.Seed, split: str, cfg: DataConfig):
         seen = set()
         for size, overlap in dict.fromkeys(pairs):
             for w in windows(conv, size, overlap):
-                key = _hash(extraction.chat_messages(w, cfg.student_prompt))
+                key = _hash(extractor.chat_messages(w, cfg.student_prompt))
                 if key in seen:
                     continue
                 seen.add(key)
@@ -109,7 +109,7 @@ def _gold_questions(seed: seedlib.Seed, split: str, cfg: DataConfig):
 def _gold_snippets(seed: seedlib.Seed, split: str, cfg: DataConfig):
     seen = set()
     for s in seed.rows("types", split):
-        key = memory_type.encoder_text(s["text"]).lower()
+        key = router.encoder_text(s["text"]).lower()
         if key not in seen:  # the same snippet text twice would be one example counted twice
             seen.add(key)
             yield {"text": s["text"]}, s, {"snippet_id": s["snippet_id"], "conversation_id": s.get("conversation_id")}
@@ -158,9 +158,9 @@ def cascade_negatives(seed: seedlib.Seed, split: str, cascade: dict) -> list[tup
         stored = [(seed.stored(cid, m["memory_id"]), m["memory_id"]) for m in seed.memories_of(cid)]
         recs = [(mid, rec) for (rec, _), mid in sorted(stored, key=lambda x: x[0][1])]  # in the order said
         embed([rec.content for _, rec in recs])  # one batch: the cascade's lookups below are then cached
-        current: list[tuple[str, consolidation.StoredRecord]] = []
+        current: list[tuple[str, consolidator.StoredRecord]] = []
         for new_id, new in recs:
-            picked, _ = consolidation.candidates(new, [r for _, r in current], embed, **cascade)
+            picked, _ = consolidator.candidates(new, [r for _, r in current], embed, **cascade)
             for i, _ in picked:
                 old_id, old = current[i]
                 if (old_id, new_id) not in gold:
@@ -177,8 +177,8 @@ def _gold_utterances(seed: seedlib.Seed, split: str, cfg: DataConfig):
     for r in seed.rows("segments", split):
         conv = seed.conversations[r["conversation_id"]]
         turns = next(x for x in conv.sessions if x.session_id == r["session_id"]).turns
-        for i, change in zip(topic_segment.decisions(turns), topic_segment.flags(turns, r["change_turn_ids"])):
-            before, target, after = topic_segment.context(turns, i)
+        for i, change in zip(segmenter.decisions(turns), segmenter.flags(turns, r["change_turn_ids"])):
+            before, target, after = segmenter.context(turns, i)
             inp = {"before": before, "target": target, "after": after}
             meta = {"turn_id": turns[i].turn_id, "session_id": r["session_id"], "conversation_id": r["conversation_id"]}
             yield inp, {"change": change}, meta
@@ -231,10 +231,10 @@ def _load_seed(cfg: DataConfig) -> seedlib.Seed:
 
 
 def build(cfg: DataConfig) -> dict:
-    if cfg.student_prompt not in extraction.STUDENT_PROMPTS:
+    if cfg.student_prompt not in extractor.STUDENT_PROMPTS:
         raise ConfigError(
             f"student_prompt: {cfg.student_prompt!r} is not a student prompt; expected one of "
-            f"{sorted(extraction.STUDENT_PROMPTS)}"
+            f"{sorted(extractor.STUDENT_PROMPTS)}"
         )
     if cfg.teacher is not None:
         return build_from_teacher(cfg)
@@ -381,7 +381,7 @@ def hash_split(source: str, conversation_id: str, dev_fraction: float) -> str:
 _UNIT_TEXTS = {
     "window": lambda inp: [t.text for t in Window.from_json(inp["window"]).turns],
     "question": lambda inp: [inp["question"]],
-    "snippet": lambda inp: [line.split(": ", 1)[-1] for line in memory_type.encoder_text(inp["text"]).splitlines()],
+    "snippet": lambda inp: [line.split(": ", 1)[-1] for line in router.encoder_text(inp["text"]).splitlines()],
     "gate": lambda inp: [inp["question"]],
     "pair": lambda inp: [inp["new"]["content"], inp["existing"]["content"]],
     "utterance": lambda inp: [inp["target"].split(": ", 1)[-1]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memdistill.spec import NAMES, TRAINING_SETS, consolidation
+from memdistill.spec import NAMES, TRAINING_SETS, consolidator
 from memdistill.spec.dialogue import WINDOW_PRESETS
 
 
@@ -20,9 +20,9 @@ class DataConfig:
     # Extra (W, O) pairs applied to train conversations only (augmentation).
     train_extra_windows: list = field(default_factory=list)
     # Extraction completions as the student writes them: compact records (no source_speaker, no empty
-    # dimension; `extraction.parse` restores both) or, false, the full DimMem record (the schema-1.0 format).
+    # dimension; `extractor.parse` restores both) or, false, the full DimMem record (the schema-1.0 format).
     compact_completions: bool = True
-    # The extraction student prompt rows are rendered with (a name in `extraction.STUDENT_PROMPTS`); rows
+    # The extraction student prompt rows are rendered with (a name in `extractor.STUDENT_PROMPTS`); rows
     # carry it and training writes it into the model's metadata, so serving and eval send the same one.
     student_prompt: str = "student"
     # Share of the gold train split's extraction windows with no record that are kept (chosen by hash):
@@ -45,9 +45,9 @@ class DataConfig:
     type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
     gate_candidates: int = 20  # BM25 top-N memories per gate question
     gate_min_candidates: int = 5
-    # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidation.candidates)
+    # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidator.candidates)
     # (also the cascade whose unlabelled pairs become the consolidator's KEEPBOTH rows offline)
-    pair_cascade: dict = field(default_factory=lambda: dict(consolidation.WIDE))
+    pair_cascade: dict = field(default_factory=lambda: dict(consolidator.WIDE))
     retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run
     # a job with fewer ok labels than this share of its items stops the build (exit 1; a rerun resumes)
     min_ok_share: float = 0.5

@@ -35,17 +35,17 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from memdistill.spec import (
-    consolidation,
+    consolidator,
     dialogue_synthesis,
-    extraction,
-    memory_type,
-    query_parse,
-    query_type,
-    recall_gate,
-    recall_plan,
-    topic_segment,
+    extractor,
+    gate,
+    planner,
+    query_parser,
+    querytyper,
+    router,
+    segmenter,
 )
-from memdistill.spec.recall_gate import BUDGETS
+from memdistill.spec.gate import BUDGETS
 
 FAULTS = ("400", "429", "500", "503", "hang", "drop", "bad_body", "malformed", "truncated")
 _LINE = re.compile(r"^\[(\d{4}-\d{2}-\d{2})T[^\]]*\] (\d+)\.([^:]+): (.*)$")
@@ -58,7 +58,7 @@ _EVENT = re.compile(
 _PROFILE = re.compile(r"\b(love|like|likes|prefer|enjoy|favorite|favourite|hate|always|usually|never)\b", re.I)
 _PERSONAL = re.compile(r"\b(i|i'm|my|me|mine)\b", re.I)
 _GENERAL = re.compile(r"(^assistant:|\b(is a|are a|means|works by|you can|generally|typically)\b)", re.I | re.M)
-_STOP = recall_plan._STOP
+_STOP = planner._STOP
 
 
 def content_hash(messages: list[dict]) -> str:
@@ -118,7 +118,7 @@ def _plan(question: str) -> dict:
         if re.search(r"\b(how many|which|list|all|both)\b", q)
         else "simple"
     )
-    return {"complexity": c, "keywords": recall_plan.heuristic_keywords(question)}
+    return {"complexity": c, "keywords": planner.heuristic_keywords(question)}
 
 
 def _query(question: str) -> dict:
@@ -213,26 +213,26 @@ def answer(messages: list[dict]) -> str:
     """The deterministic answer to a spec teacher (or student) request."""
     system, user = messages[0]["content"], messages[-1]["content"]
     after = lambda prefix: user.split(prefix, 1)[1].strip() if prefix in user else user  # noqa: E731
-    if system.startswith(extraction.TEACHER_SYSTEM[:60]) or system in extraction.STUDENT_PROMPTS.values():
+    if system.startswith(extractor.TEACHER_SYSTEM[:60]) or system in extractor.STUDENT_PROMPTS.values():
         out = _extraction(user)
-    elif system in memory_type.TEACHER_BINARY.values():
-        label = next(k for k, v in memory_type.TEACHER_BINARY.items() if v == system)
+    elif system in router.TEACHER_BINARY.values():
+        label = next(k for k, v in router.TEACHER_BINARY.items() if v == system)
         out = {"present": type_decision(label, after("Snippet:"))}
-    elif system in (memory_type.TEACHER_SYSTEM, memory_type.STUDENT_SYSTEM):
-        out = {"labels": [lab for lab in memory_type.LABELS if type_decision(lab, after("Snippet:"))]}
-    elif system in (recall_plan.TEACHER_SYSTEM, recall_plan.STUDENT_SYSTEM):
+    elif system in (router.TEACHER_SYSTEM, router.STUDENT_SYSTEM):
+        out = {"labels": [lab for lab in router.LABELS if type_decision(lab, after("Snippet:"))]}
+    elif system in (planner.TEACHER_SYSTEM, planner.STUDENT_SYSTEM):
         out = _plan(after("Question:"))
-    elif system in (query_parse.TEACHER_SYSTEM, query_parse.STUDENT_SYSTEM):
+    elif system in (query_parser.TEACHER_SYSTEM, query_parser.STUDENT_SYSTEM):
         out = _query(after("Question:"))
-    elif system in (recall_gate.TEACHER_SYSTEM, recall_gate.STUDENT_SYSTEM):
+    elif system in (gate.TEACHER_SYSTEM, gate.STUDENT_SYSTEM):
         out = _gate(user)
-    elif system in (consolidation.TEACHER_SYSTEM, consolidation.STUDENT_SYSTEM):
+    elif system in (consolidator.TEACHER_SYSTEM, consolidator.STUDENT_SYSTEM):
         out = _consolidation(user)
-    elif system in (topic_segment.TEACHER_SYSTEM, topic_segment.STUDENT_SYSTEM):
+    elif system in (segmenter.TEACHER_SYSTEM, segmenter.STUDENT_SYSTEM):
         target = next((ln for ln in user.splitlines() if ln.startswith("TARGET: ")), "").lower()
         shift = any(cue in target for cue in ("by the way", "anyway", "speaking of", "another thing"))
         out = {"intent": "CHANGE" if shift else "DEVELOP"}
-    elif system in (query_type.TEACHER_SYSTEM.format(k=query_type.K), query_type.STUDENT_SYSTEM.format(k=query_type.K)):
+    elif system in (querytyper.TEACHER_SYSTEM.format(k=querytyper.K), querytyper.STUDENT_SYSTEM.format(k=querytyper.K)):
         q = after("Question:").rstrip("?")
         out = {"memories": [f"User: {lead} {q.lower()}." for lead in ("I remember", "About", "Yes,", "So,", "Well,")]}
     elif system == dialogue_synthesis.TEACHER_SYSTEM:

@@ -9,7 +9,7 @@ run in the table's order, since later jobs read earlier labels. Items per unit:
                config's `windows` (DimMem presets: 25/5 multi-party, 15/3 user-assistant).
   query_parser, planner, querytyper
                the sources' questions (LoCoMo `qa`, LongMemEval `question`, the gold corpus's
-               questions.jsonl) -> DimMem query analysis; complexity + 1-3 keywords; query_type.K
+               questions.jsonl) -> DimMem query analysis; complexity + 1-3 keywords; querytyper.K
                hypothetical memories that would answer each (MemoType Eq. 2: `memdistill train querytyper`
                labels the question with its type router's vote over them, as offline over the gold
                evidence turns).
@@ -80,7 +80,7 @@ from memdistill.data.teacher import (
     settings_from_dict,
     transport_rejection,
 )
-from memdistill.spec import MODELS, NAMES, consolidation, topic_segment
+from memdistill.spec import MODELS, NAMES, consolidator, segmenter
 from memdistill.spec.dialogue import Conversation, Window, windows
 from memdistill.spec.jsonout import Problem
 
@@ -246,12 +246,12 @@ def snippet_items(convs: list[SourceConv], mode: str) -> list[Item]:
 
 
 def segment_items(convs: list[SourceConv]) -> list[Item]:
-    """One item per topic decision (every utterance but a session's first), as topic_segment.context reads it."""
+    """One item per topic decision (every utterance but a session's first), as segmenter.context reads it."""
     out = []
     for sc in convs:
         for sess in sc.conv.sessions:
-            for i in topic_segment.decisions(sess.turns):
-                before, target, after = topic_segment.context(sess.turns, i)
+            for i in segmenter.decisions(sess.turns):
+                before, target, after = segmenter.context(sess.turns, i)
                 tid = sess.turns[i].turn_id
                 out.append(
                     Item(
@@ -333,7 +333,7 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
         if rec["status"] == "ok" and inp["window_setting"] == list(window_pairs[inp["style"]][0]):
             w = Window.from_json(inp["window"])
             for r in rec["label"]["records"]:
-                stored = consolidation.StoredRecord.at(r, w.turn_for(r["source_id"]))
+                stored = consolidator.StoredRecord.at(r, w.turn_for(r["source_id"]))
                 recs.setdefault((rec["source"], rec["conversation_id"]), []).append(
                     (w.window_index, r["source_id"], stored)
                 )
@@ -346,7 +346,7 @@ def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: 
                 seen.add(key)
                 ordered.append(s)
         for j, new in enumerate(ordered):
-            picked, _ = consolidation.candidates(new, ordered[:j], embed, **cascade)
+            picked, _ = consolidator.candidates(new, ordered[:j], embed, **cascade)
             items += [
                 Item(
                     "consolidator",

@@ -13,7 +13,7 @@ from datetime import datetime
 from memdistill.data import seed as seedlib
 from memdistill.data.sources import SourceError, load
 from memdistill.spec.dialogue import Conversation, parse_timestamp
-from memdistill.spec.query_parse import QueryAnalysis
+from memdistill.spec.query_parser import QueryAnalysis
 
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 

@@ -2,7 +2,7 @@
 
     teacher = Teacher(settings_from_dict(cfg.teacher), cache_dir=".cache/teacher")
     async with teacher:
-        reply = await teacher.complete(messages, schema=extraction.json_schema(), name="memories")
+        reply = await teacher.complete(messages, schema=extractor.json_schema(), name="memories")
 
 - Endpoints: one or several base URLs. Each request goes to the endpoint with the fewest requests in
   flight (ties broken round-robin); an endpoint that just dropped a connection sits out a short

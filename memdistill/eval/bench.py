@@ -172,7 +172,7 @@ def bench_serving(
     from memdistill.eval.generate import HFGenerator, private_serve_config
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import Servers
-    from memdistill.spec import extraction
+    from memdistill.spec import extractor
     from memdistill.spec.dialogue import first_windows
     from memdistill.spec.render import prompt_ids
 
@@ -198,9 +198,7 @@ def bench_serving(
                 def one(w, mm=mm):
                     t = time.time()
                     try:
-                        text, _, ct = mm.chat(
-                            extraction.chat_messages(w, prompt), extraction.json_schema(w), "memories"
-                        )
+                        text, _, ct = mm.chat(extractor.chat_messages(w, prompt), extractor.json_schema(w), "memories")
                         return time.time() - t, ct, None, text
                     except Exception as e:  # counted, reported: a benchmark must not hide failures
                         return time.time() - t, 0, e, ""
@@ -228,7 +226,7 @@ def bench_serving(
                 )
     gen = HFGenerator(model)
     t0 = time.time()
-    outs = gen([extraction.chat_messages(w, prompt) for w in wins], max_new_tokens=cap, batch_size=concurrency)
+    outs = gen([extractor.chat_messages(w, prompt) for w in wins], max_new_tokens=cap, batch_size=concurrency)
     hf_s = time.time() - t0
     hf_tokens = sum(o.output_tokens for o in outs)
     rows.append(
@@ -258,9 +256,9 @@ def bench_serving(
             schema["windows_per_s"] / vllm["windows_per_s"],
         )
     )
-    student = statistics.mean(len(prompt_ids(gen.tok, extraction.chat_messages(w, prompt))) for w in wins)
+    student = statistics.mean(len(prompt_ids(gen.tok, extractor.chat_messages(w, prompt))) for w in wins)
     teacher = statistics.mean(
-        len(prompt_ids(gen.tok, extraction.chat_messages(w, "teacher", seed.conversations[w.conversation_id].style)))
+        len(prompt_ids(gen.tok, extractor.chat_messages(w, "teacher", seed.conversations[w.conversation_id].style)))
         for w in wins
     )
     rows.append({"section": "serving", "variant": "prompt tokens/window: student", "tokens": round(student, 1)})
@@ -344,7 +342,7 @@ def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/se
     from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import ENCODERS, Servers, free_port
-    from memdistill.spec.recall_plan import complexity_of
+    from memdistill.spec.planner import complexity_of
 
     cfg = private_serve_config(serve_config, overrides=["gate=null"])
     missing = [name for name in ("router", "planner") if not (Path(getattr(cfg, name)) / "config.json").exists()]

@@ -6,7 +6,7 @@
 For each bank (`gold`: the seed corpus's records of the split; `records:FILE`: any bank a run wrote, e.g.
 runs/eval-e2e/<time>/banks/<label>.jsonl of the trained extractor) and each decider (`none`: no
 consolidation; `consolidator`: the trained encoder, in process, as the served model answers; `rule`:
-`consolidation.rule_action`), the records of each conversation are added in the order they were said through
+`consolidator.rule_action`), the records of each conversation are added in the order they were said through
 `memdistill.runtime.consolidate.Consolidator` (the cascade's thresholds from this config) and the bank is
 searched with the plain question (BM25 + dense, current records first). Reported:
 - DimMem Table 5 layout: embedding comparisons of an embedding-only update (every new record against every
@@ -31,7 +31,6 @@ and a PNG chart.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -39,14 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdistill.core.config import ConfigError, job_config
-from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.io import write_json
+from memdistill.core.report import bars_of, grouped_bars, md_table, print_report, rate_cell, run_dir
 from memdistill.data.questions import load_questions
 from memdistill.metrics.recall import evidence_coverage
 from memdistill.metrics.stats import bootstrap_ci
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.consolidate import Consolidator
 from memdistill.runtime.retrieval import HISTORY
-from memdistill.spec import consolidation
+from memdistill.spec import consolidator as consolidator_spec
 
 # gold: the labelled pairs' actions (KEEPBOTH for a pair no gold pair names), the ceiling of cascade and
 # runtime with a perfect decider; the gold bank only (an extractor's records have no gold pairs)
@@ -67,8 +67,8 @@ class ConsolidationEvalConfig:
         default_factory=lambda: [
             {
                 "name": "dimmem",
-                "jaccard_min": consolidation.JACCARD,
-                "cosine_min": consolidation.COSINE,
+                "jaccard_min": consolidator_spec.JACCARD,
+                "cosine_min": consolidator_spec.COSINE,
                 "keywords_then_cosine": True,
             }  # fmt: skip
         ]
@@ -112,18 +112,20 @@ def decider(name: str, cfg: ConsolidationEvalConfig, seed=None):
             out = []
             for n, o in pairs:
                 p = table.get((n.content, o.content), {"action": "KEEPBOTH"})
-                merged = consolidation.MergedRecord.model_validate(p["merged"]) if p.get("merged") else None
-                out.append(consolidation.ParseResult(p["action"], merged, ok=True))
+                merged = consolidator_spec.MergedRecord.model_validate(p["merged"]) if p.get("merged") else None
+                out.append(consolidator_spec.ParseResult(p["action"], merged, ok=True))
             return out
 
         return gold
     if name == "rule":
-        return lambda pairs: [consolidation.ParseResult(consolidation.rule_action(n, o), ok=True) for n, o in pairs]
+        return lambda pairs: [
+            consolidator_spec.ParseResult(consolidator_spec.rule_action(n, o), ok=True) for n, o in pairs
+        ]
     if name == "consolidator":
         from memdistill.core.encoder import Encoder
 
         enc = Encoder(cfg.consolidator)
-        return lambda pairs: [consolidation.ParseResult(a, ok=True) for a in enc.actions(pairs)]
+        return lambda pairs: [consolidator_spec.ParseResult(a, ok=True) for a in enc.actions(pairs)]
     raise ConfigError(f"deciders: unknown {name!r}; expected some of {DECIDERS}")
 
 
@@ -138,7 +140,7 @@ def lightmem(items: list[MemoryItem], embed) -> tuple[int, int]:
         v = embed([it.content for it in group])
         sims = v @ v.T
         pairs += len(group) * (len(group) - 1) // 2
-        merges += sum(int((sims[j, :j] >= consolidation.LIGHTMEM_COSINE).sum()) for j in range(len(group)))
+        merges += sum(int((sims[j, :j] >= consolidator_spec.LIGHTMEM_COSINE).sum()) for j in range(len(group)))
     return pairs, merges
 
 
@@ -231,7 +233,7 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
             )
     deciders = {d: decider(d, cfg, seed) for d in cfg.deciders if d != "none"}
     embed = Embedder(model_path(cfg.embedding_model))
-    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out = run_dir(cfg.output_dir)
     (out / "decisions").mkdir(parents=True, exist_ok=True)
     results: dict = {}
     for spec, label in zip(cfg.banks, labels):
@@ -270,7 +272,7 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
             res.update(
                 seconds=round(time.time() - t0, 1),
                 cascade=cons.stats.to_json() if cons else None,
-                decisions={a: actions[a] for a in consolidation.ACTIONS},
+                decisions={a: actions[a] for a in consolidator_spec.ACTIONS},
                 merges=merges,
                 compression=round(merges / pairs, 4) if pairs else 0.0,
                 superseded=sum(1 for it in bank.items if it.status == "superseded"),
@@ -280,16 +282,9 @@ def run(cfg: ConsolidationEvalConfig) -> Path:
             "runs": [n for n, _, _ in runs(cfg)], "consolidator": cfg.consolidator, "ks": cfg.ks,
             "history": cfg.history, "questions": len(questions),
             "ku_questions": sum(1 for q in questions if q.update_turns)}  # fmt: skip
-    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    write_json(out / "results.json", {"meta": meta, "results": results})
     write_report(out, meta, results, cfg)
     return out
-
-
-def _ci(s: dict, key: str) -> str:
-    """A rate with its 95% bootstrap interval over questions ('-' when no question has one)."""
-    if s[key] is None:
-        return "-"
-    return ci_cell(s[key], s[f"{key}_ci95"], ".3f", ".2f")
 
 
 def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalConfig) -> None:
@@ -334,8 +329,9 @@ def write_report(out: Path, meta: dict, results: dict, cfg: ConsolidationEvalCon
             s = r[name]
             d = s["decisions"]
             rows.append([f"{label} / {name}", d["MERGE"], d["SUPERSEDE"], d["KEEPBOTH"], s["superseded"],
-                         _ci(s, "newer_above"), _ci(s, "newer_turn_above")]
-                        + [_ci(s, f"ku_recall@{k}") for k in ks] + [_ci(s, f"all_recall@{k}") for k in ks])  # fmt: skip
+                         rate_cell(s, "newer_above"), rate_cell(s, "newer_turn_above")]
+                        + [rate_cell(s, f"ku_recall@{k}") for k in ks]
+                        + [rate_cell(s, f"all_recall@{k}") for k in ks])  # fmt: skip
     L += md_table(["bank / decider", "MERGE", "SUPERSEDE", "KEEPBOTH", "records superseded",
                    "KU: newer record above", "KU: newer turn above"]
                   + [f"KU R@{k}" for k in ks] + [f"all R@{k}" for k in ks], rows)  # fmt: skip

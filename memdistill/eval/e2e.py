@@ -25,7 +25,7 @@ the whole union read, no cut). Every variant runs under every fusion.
 Recall modes (`recall_modes`), TiMem Table 3's configurations: `default` (no planner: `budget`), `simple` /
 `hybrid` / `complex` (no planner, that complexity's budget: TiMem's fixed scope), `planned` (the planner
 hook picks the complexity), each optionally `+gate` (the gate hook filters). The budgets are
-memdistill.spec.recall_gate.BUDGETS, memdistill's flat caps (TiMem budgets levels of a hierarchy, Table 7).
+memdistill.spec.gate.BUDGETS, memdistill's flat caps (TiMem budgets levels of a hierarchy, Table 7).
 Unset: one mode from `hooks` (planned if the planner is hooked, +gate if the gate is). Hooks come from
 served models (`hooks`, `hooks_url`, `hooks_options`) or from exported encoders run in process
 (`hooks_models: {planner: runs/planner-cpu/model, gate: runs/gate-cpu/model}`).
@@ -51,7 +51,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memdistill.core.config import ConfigError, env_key, job_config
-from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
+from memdistill.core.io import write_json
+from memdistill.core.report import md_table, print_report, pyplot, rate_cell, save_figure
+from memdistill.core.report import run_dir as new_run_dir
 from memdistill.data.questions import Question, load_questions
 from memdistill.eval.extractor import topic_starts
 from memdistill.metrics.recall import RecallScores, TokenCounter
@@ -60,9 +62,9 @@ from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime, hooks_from
 from memdistill.runtime.retrieval import FUSIONS, score_gate, types_from_trimem
 from memdistill.spec import qa
 from memdistill.spec.dialogue import WINDOW_PRESETS, interleaved, windows
-from memdistill.spec.query_parse import QueryAnalysis
-from memdistill.spec.recall_gate import BUDGETS
-from memdistill.spec.recall_plan import COMPLEXITIES
+from memdistill.spec.gate import BUDGETS
+from memdistill.spec.planner import COMPLEXITIES
+from memdistill.spec.query_parser import QueryAnalysis
 
 VARIANTS = {
     "question": (None, False),
@@ -516,7 +518,8 @@ def with_intervals(scores: RecallScores) -> dict:
 # --- the job ------------------------------------------------------------------------------------
 
 
-def run(cfg: E2EConfig) -> Path:
+def _labels(cfg: E2EConfig) -> list[str]:
+    """The report's name for each bank; every config error is raised here, before any work."""
     unknown = [v for v in cfg.variants if v not in VARIANTS]
     if unknown:
         raise ConfigError(f"variants: unknown {unknown}; expected any of {', '.join(VARIANTS)}")
@@ -528,15 +531,18 @@ def run(cfg: E2EConfig) -> Path:
     ]
     if len(labels) != len(cfg.banks):
         raise ConfigError(f"labels: {len(labels)} labels for {len(cfg.banks)} banks")
-    qa_mm = Endpoint(cfg.qa, "qa", 256) if cfg.qa else None
-    judge_mm = Endpoint(cfg.judge, "judge", 512) if cfg.judge else None
-    if bool(qa_mm) != bool(judge_mm):
+    if bool(cfg.qa) != bool(cfg.judge):
         raise ConfigError("qa and judge go together: set both endpoints, or neither")
     bad = [f for f in cfg.fusions if f not in FUSIONS]
     if bad or not cfg.fusions:
         raise ConfigError(f"fusions: {bad or 'none'}; expected some of {', '.join(FUSIONS)}")
     if cfg.hooks and not (cfg.hooks_url or cfg.hooks_options):
         raise ConfigError("hooks need hooks_url and/or hooks_options (the MemoryModels endpoints that serve them)")
+    return labels
+
+
+def _questions(cfg: E2EConfig):
+    """(conversations, questions, data notes, seed) of the run: the split, cut to the configured counts."""
     convs, questions, notes, seed = load_questions(cfg.dataset, cfg.data_path, cfg.split, cfg.include_adversarial)
     if cfg.max_conversations:
         convs = interleaved(convs, cfg.max_conversations)
@@ -545,8 +551,62 @@ def run(cfg: E2EConfig) -> Path:
     convs = {c: v for c, v in convs.items() if any(q.conversation_id == c for q in questions)}
     if not questions:
         raise ValueError(f"{cfg.data_path}: no questions to evaluate (dataset={cfg.dataset}, split={cfg.split})")
+    return convs, questions, notes, seed
 
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+
+def recall_one(mrt, scores: RecallScores, q, query, route: bool, cfg: E2EConfig, count) -> tuple[dict, str]:
+    """One question recalled through one runtime: its per-question row (scored into `scores`) and the memory
+    context the answer model would read."""
+    rec = mrt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
+    replies = cfg.assistant_context and bool(query and query.need_assistant_context)
+    context = mrt.context(rec.kept, replies)
+    # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
+    tokens_at = {k: count(mrt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
+    row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
+    return {
+        **row,
+        "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
+        "evidence_turns": q.evidence,
+        "complexity": rec.complexity,
+        "budget": rec.budget,
+        "notes": rec.notes,
+    }, context
+
+
+def _meta(cfg: E2EConfig, questions: int, convs: int, counter: str, hooks, modes, skipped, notes, qa_baseline) -> dict:
+    """What results.json and the report say about the run."""
+    return {
+        "dataset": cfg.dataset,
+        "data_path": cfg.data_path,
+        "split": cfg.split,
+        "questions": questions,
+        "conversations": convs,
+        "ks": cfg.ks,
+        "budget": cfg.budget,
+        "top_k": cfg.top_k,
+        "rrf_k": cfg.rrf_k,
+        "dim_weight": cfg.dim_weight,
+        "token_counter": counter,
+        "hooks": sorted(hooks),
+        "fusions": cfg.fusions,
+        "recall_modes": modes,
+        "plan_budgets": BUDGETS,
+        "assistant_context": cfg.assistant_context,
+        "skipped": skipped,
+        "data_notes": notes,
+        "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
+        "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None,
+        "qa_baseline": qa_baseline,
+    }
+
+
+def run(cfg: E2EConfig) -> Path:
+    labels = _labels(cfg)
+    qa_mm = Endpoint(cfg.qa, "qa", 256) if cfg.qa else None
+    judge_mm = Endpoint(cfg.judge, "judge", 512) if cfg.judge else None
+    convs, questions, notes, seed = _questions(cfg)
+
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.output_dir)
     for sub in ("banks", "queries"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     check_resume(run_dir, cfg)
@@ -606,26 +666,10 @@ def run(cfg: E2EConfig) -> Path:
                     scores, items = RecallScores(cfg.ks), []
                     for q in tqdm(questions, desc=f"recall {label} / {name}", unit="q", leave=False):
                         query = _query_for(q, source, model_queries)
-                        rec = mrt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
-                        replies = cfg.assistant_context and bool(query and query.need_assistant_context)
-                        context = mrt.context(rec.kept, replies)
-                        # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
-                        tokens_at = {k: count(mrt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
-                        row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
+                        row, context = recall_one(mrt, scores, q, query, route, cfg, count)
                         per_question.append(
-                            {
-                                "bank": label,
-                                "variant": name,
-                                "query": variant,
-                                "fusion": fusion,
-                                "recall_mode": mode,
-                                **row,
-                                "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
-                                "evidence_turns": q.evidence,
-                                "complexity": rec.complexity,
-                                "budget": rec.budget,
-                                "notes": rec.notes,
-                            }
+                            {"bank": label, "variant": name, "query": variant, "fusion": fusion, "recall_mode": mode}
+                            | row
                         )
                         if qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
                             items.append((label, name, q, context))
@@ -642,41 +686,14 @@ def run(cfg: E2EConfig) -> Path:
         answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
         qa_baseline = qa_summary([qa_done[(NO_MEMORY, "-", q.question_id)] for q in questions])
 
-    meta = {
-        "dataset": cfg.dataset,
-        "data_path": cfg.data_path,
-        "split": cfg.split,
-        "questions": len(questions),
-        "conversations": len(convs),
-        "ks": cfg.ks,
-        "budget": cfg.budget,
-        "top_k": cfg.top_k,
-        "rrf_k": cfg.rrf_k,
-        "dim_weight": cfg.dim_weight,
-        "token_counter": count.name,
-        "hooks": sorted(hooks),
-        "fusions": cfg.fusions,
-        "recall_modes": modes,
-        "plan_budgets": BUDGETS,
-        "assistant_context": cfg.assistant_context,
-        "skipped": skipped,
-        "data_notes": notes,
-        "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
-        "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None,
-        "qa_baseline": qa_baseline,
-    }
-    (run_dir / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    meta = _meta(cfg, len(questions), len(convs), count.name, hooks, modes, skipped, notes, qa_baseline)
+    write_json(run_dir / "results.json", {"meta": meta, "results": results})
     (run_dir / "per_question.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in per_question))
     write_report(run_dir, meta, results)
     return run_dir
 
 
 # --- report -------------------------------------------------------------------------------------
-
-
-def _ci(summ: dict, key: str) -> str:
-    """A rate with its interval, e.g. '0.62 [0.48, 0.75]'."""
-    return ci_cell(summ[key], summ[f"{key}_ci95"], ".3f", ".2f")
 
 
 FUSION_TEXT = {
@@ -693,10 +710,11 @@ def _scope(mode: str, budgets: dict) -> tuple[str, str]:
     return planner, "yes" if gate else "no"
 
 
-def write_report(out: Path, meta: dict, results: dict) -> None:
-    plt = pyplot()
-    ks = meta["ks"]
-    tok = f"tokens/query ({meta['token_counter']} tokenizer)"
+def _tok(meta: dict) -> str:
+    return f"tokens/query ({meta['token_counter']} tokenizer)"
+
+
+def _intro(meta: dict) -> list[str]:
     where = meta["data_path"] + (f" ({meta['split']} split)" if meta["dataset"] == "seed" else "")
     lines = [
         f"# End-to-end memory evaluation: {meta['dataset']} {where}",
@@ -717,6 +735,11 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
         ),
         "",
     ]
+    return lines
+
+
+def _banks_section(results: dict) -> list[str]:
+    lines: list[str] = []
     lines += ["## Memory banks", ""]
     lines += md_table(
         [
@@ -748,6 +771,12 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
             for label, r in results.items()
         ],
     )
+    return lines
+
+
+def _recall_section(meta: dict, results: dict) -> list[str]:
+    ks, tok = meta["ks"], _tok(meta)
+    lines: list[str] = []
     lines += ["", "## Evidence recall and tokens per query", ""]
     rows = []
     for label, r in results.items():
@@ -755,9 +784,9 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
             o = v["recall"]["overall"]
             rows.append(
                 [label, v["query"], v["fusion"], v["recall_mode"]]
-                + [_ci(o, f"recall@{k}") for k in ks]
-                + [_ci(o, f"hit@{k}") for k in ks]
-                + [_ci(o, "kept_recall"), o["kept_per_query"], o["tokens_per_query"]]
+                + [rate_cell(o, f"recall@{k}") for k in ks]
+                + [rate_cell(o, f"hit@{k}") for k in ks]
+                + [rate_cell(o, "kept_recall"), o["kept_per_query"], o["tokens_per_query"]]
             )
     lines += md_table(
         ["bank", "query", "fusion", "recall mode"]
@@ -776,6 +805,12 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
         ),
         "",
     ]
+    return lines
+
+
+def _tradeoff_section(meta: dict, results: dict) -> list[str]:
+    tok = _tok(meta)
+    lines: list[str] = []
     lines += [
         "## Accuracy-cost trade-off (TiMem Table 3 layout)",
         "",
@@ -791,10 +826,16 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     for label, r in results.items():
         for v in r["variants"].values():
             o = v["recall"]["overall"]
-            qa_cell = _ci(v["qa"]["overall"], "accuracy") if "qa" in v else "-"
+            qa_cell = rate_cell(v["qa"]["overall"], "accuracy") if "qa" in v else "-"
             rows.append(
                 [label, v["query"], v["fusion"], *_scope(v["recall_mode"], meta["plan_budgets"])]
-                + [qa_cell, _ci(o, "kept_recall"), _ci(o, "kept_hit"), o["kept_per_query"], o["tokens_per_query"]]
+                + [
+                    qa_cell,
+                    rate_cell(o, "kept_recall"),
+                    rate_cell(o, "kept_hit"),
+                    o["kept_per_query"],
+                    o["tokens_per_query"],
+                ]
             )
     lines += md_table(
         ["bank", "query", "fusion", "planner", "gate", "LLM-judge acc.", "evidence recall (read)", "hit (read)"]
@@ -802,6 +843,12 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
         rows,
     )
     lines += [""]
+    return lines
+
+
+def _category_section(meta: dict, results: dict) -> list[str]:
+    ks = meta["ks"]
+    lines: list[str] = []
     kmid = meta["budget"] if meta["budget"] in ks else ks[min(len(ks) - 1, len(ks) // 2)]
     lines += [f"## Evidence recall@{kmid} per category", ""]
     for label, r in results.items():
@@ -822,13 +869,20 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
                     ),
                 ]
                 + [
-                    _ci(v["recall"]["by_category"][c], f"recall@{kmid}") if c in v["recall"]["by_category"] else "-"
+                    rate_cell(v["recall"]["by_category"][c], f"recall@{kmid}")
+                    if c in v["recall"]["by_category"]
+                    else "-"
                     for v in vs.values()
                 ]
                 for c in cats
             ],
         )
         lines += [""]
+    return lines
+
+
+def _judge_section(meta: dict, results: dict) -> list[str]:
+    lines: list[str] = []
     judged = [
         (label, variant, v["qa"]) for label, r in results.items() for variant, v in r["variants"].items() if "qa" in v
     ]
@@ -847,14 +901,20 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
         lines += md_table(
             ["bank", "variant", "overall"] + cats,
             [
-                [label, variant, _ci(q["overall"], "accuracy")]
-                + [_ci(q["by_category"][c], "accuracy") if c in q["by_category"] else "-" for c in cats]
+                [label, variant, rate_cell(q["overall"], "accuracy")]
+                + [rate_cell(q["by_category"][c], "accuracy") if c in q["by_category"] else "-" for c in cats]
                 for label, variant, q in judged + baseline
             ],
         )
         lines += [""]
     else:
         lines += ["No QA / judge endpoints were configured: no LLM-judge accuracy in this run.", ""]
+    return lines
+
+
+def write_report(out: Path, meta: dict, results: dict) -> None:
+    lines = _intro(meta) + _banks_section(results) + _recall_section(meta, results)
+    lines += _tradeoff_section(meta, results) + _category_section(meta, results) + _judge_section(meta, results)
     if meta["skipped"]:
         lines += ["## Skipped", ""] + [f"- {s}" for s in meta["skipped"]] + [""]
     if meta["data_notes"]:
@@ -862,6 +922,11 @@ def write_report(out: Path, meta: dict, results: dict) -> None:
     lines += ["![evidence recall@k](recall_at_k.png)", "", "![tokens per query](tokens_per_query.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
 
+    _charts(out, meta, results)
+
+
+def _charts(out: Path, meta: dict, results: dict) -> None:
+    plt, ks = pyplot(), meta["ks"]
     fig, axes = plt.subplots(1, max(1, len(results)), figsize=(5 * max(1, len(results)), 4), squeeze=False, sharey=True)
     for ax, (label, r) in zip(axes[0], results.items()):
         for variant, v in r["variants"].items():

@@ -50,13 +50,15 @@ from memdistill.core.config import ConfigError, env_key, from_mapping, job_confi
 from memdistill.core.io import write_json, write_jsonl
 from memdistill.core.report import (
     bars_of,
-    ci_cell,
     grouped_bars,
     md_table,
     print_report,
+    rate_cell,
+    run_dir,
 )
 from memdistill.metrics.encoders import decisions, gate_examples, score
-from memdistill.spec import ENCODERS, MODELS, consolidation, memory_type, recall_gate
+from memdistill.spec import ENCODERS, MODELS, consolidator, router
+from memdistill.spec import gate as gate_spec
 
 
 @dataclass
@@ -256,8 +258,7 @@ def _tasks(cfg: EncoderEvalConfig, skipped: list[str]) -> list[str]:
 def run(cfg: EncoderEvalConfig) -> Path:
     skipped: list[str] = []
     tasks = _tasks(cfg, skipped)
-    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg.output_dir)
     rows = {t: load_split(cfg, t) for t in tasks}
     preds, seconds = {}, {}
     for t in tasks:
@@ -335,9 +336,8 @@ def write_report(out: Path, results: dict, meta: dict) -> None:
     charts(out, results, meta)
 
 
-def _ci(s: dict, key: str, scale: float = 1, digits: int = 4) -> str:
-    """A figure with its interval: `value [low, high]`."""
-    return ci_cell(s[key] * scale, [x * scale for x in s[f"{key}_ci95"]], f".{digits}f")
+def _cell(s: dict, key: str) -> str:
+    return rate_cell(s, key, 1, ".4f", None)
 
 
 def _trivial(name: str, figures: list[float], width: int) -> list[str]:
@@ -346,7 +346,7 @@ def _trivial(name: str, figures: list[float], width: int) -> list[str]:
 
 
 def router_section(task: str, r: dict) -> list[str]:
-    labs = memory_type.LABELS
+    labs = router.LABELS
     first = next(iter(r.values()))
     base = first["majority_baseline"]
     L = [
@@ -362,10 +362,13 @@ def router_section(task: str, r: dict) -> list[str]:
 
     def row(name, s):
         return (
-            [name, _ci(s["overall"], "acc", 100, 2), _ci(s["overall"], "f1", 100, 2)]
-            + [_ci(s[lab], m, 100, 2) for lab in labs for m in ("acc", "f1")]
-            + [_ci(s["overall"], "exact_set", 100, 2), _ci(s["overall"], "micro_f1", 100, 2)]
-            + [_ci(s, "valid_rate", 100, 2), s["seconds"]]
+            [name, rate_cell(s["overall"], "acc", 100, ".2f", None), rate_cell(s["overall"], "f1", 100, ".2f", None)]
+            + [rate_cell(s[lab], m, 100, ".2f", None) for lab in labs for m in ("acc", "f1")]
+            + [
+                rate_cell(s["overall"], "exact_set", 100, ".2f", None),
+                rate_cell(s["overall"], "micro_f1", 100, ".2f", None),
+            ]
+            + [rate_cell(s, "valid_rate", 100, ".2f", None), s["seconds"]]
         )
 
     types, top = "+".join(base["labels"]) or "none", "+".join(base["exact_set_labels"]) or "none"
@@ -393,7 +396,7 @@ def class_section(task: str, p: dict) -> list[str]:
     L += md_table(
         ["system", "accuracy", "macro-F1"] + [f"F1 {c}" for c in cs] + ["valid", "seconds"],
         [
-            [name, _ci(s, "accuracy"), _ci(s, "macro_f1"), *(_ci(s["f1"], c) for c in cs), _ci(s, "valid_rate")]
+            [name, _cell(s, "accuracy"), _cell(s, "macro_f1"), *(_cell(s["f1"], c) for c in cs), _cell(s, "valid_rate")]
             + [s["seconds"]]
             for name, s in p.items()
         ]
@@ -409,19 +412,19 @@ def gate_section(task: str, gate: dict) -> list[str]:
     L = [
         "## Recall gate",
         "",
-        f"Selection: `recall_gate.select` with the project's flat keep caps {recall_gate.BUDGETS} per complexity "
+        f"Selection: `gate.select` with the project's flat keep caps {gate_spec.BUDGETS} per complexity "
         "(our choice, not TiMem's per-level budgets). Token share over whitespace words of all candidates.",
         "",
     ]
     L += md_table(
         ["system", "keep precision", "keep recall", "keep F1", "tokens removed", "kept / example", "valid", "seconds"],
-        [[name, *(_ci(s, c) for c in cols), s["seconds"]] for name, s in gate.items()]
+        [[name, *(_cell(s, c) for c in cols), s["seconds"]] for name, s in gate.items()]
         + [_trivial("keep all (no gate)", [base[c] for c in cols[:4]], len(cols) + 2)],
     )
     return L + [
         "",
         f"{g['examples']} examples (the bootstrap's units), {g['candidates']} candidates; "
-        f"gold keeps remove {_ci(g, 'gold_tokens_removed_share')} of the tokens.",
+        f"gold keeps remove {_cell(g, 'gold_tokens_removed_share')} of the tokens.",
         "",
     ]
 
@@ -429,7 +432,7 @@ def gate_section(task: str, gate: dict) -> list[str]:
 def consolidator_section(task: str, c: dict) -> list[str]:
     first = next(iter(c.values()))
     base = first["majority_baseline"]
-    acts = consolidation.ACTIONS
+    acts = consolidator.ACTIONS
     L = [
         "## Memory-update consolidator (DimMem DA-Update)",
         "",
@@ -441,9 +444,9 @@ def consolidator_section(task: str, c: dict) -> list[str]:
     L += md_table(
         ["system", "accuracy", "macro-F1"] + [f"{a} P / R" for a in acts] + ["valid", "seconds"],
         [
-            [name, _ci(s, "accuracy"), _ci(s, "macro_f1")]
-            + [f"{_ci(s['per_action'][a], 'precision')} / {_ci(s['per_action'][a], 'recall')}" for a in acts]
-            + [_ci(s, "valid_rate"), s["seconds"]]
+            [name, _cell(s, "accuracy"), _cell(s, "macro_f1")]
+            + [f"{_cell(s['per_action'][a], 'precision')} / {_cell(s['per_action'][a], 'recall')}" for a in acts]
+            + [_cell(s, "valid_rate"), s["seconds"]]
             for name, s in c.items()
         ]
         + [_trivial(f"majority (always {base['action']})", [base["accuracy"], base["macro_f1"]], len(acts) + 4)],
@@ -482,7 +485,7 @@ def segmenter_section(task: str, c: dict) -> list[str]:
             "valid",
             "seconds",
         ],
-        [[name] + [_ci(s, k) for k in keys] + [_ci(s, "valid_rate"), s["seconds"]] for name, s in c.items()]
+        [[name] + [_cell(s, k) for k in keys] + [_cell(s, "valid_rate"), s["seconds"]] for name, s in c.items()]
         + [
             _trivial(label, [first[b][k] for k in keys], 10)
             for label, b in (("never cut (majority)", "never_cut_baseline"), ("always cut", "always_cut_baseline"))
@@ -496,7 +499,7 @@ def _decision_id(row: dict) -> str | None:
 
 
 def router_chart(r: dict, title: str) -> tuple[dict, list[str], None]:
-    labs = memory_type.LABELS
+    labs = router.LABELS
     values = {
         name: [s["overall"]["acc"], s["overall"]["f1"]]
         + [s[lab][m] for lab in labs for m in ("acc", "f1")]
@@ -519,7 +522,7 @@ def _bars(keys: list[str], labels: list[str] | None = None):
 
 
 def consolidator_chart(r: dict, title: str):
-    acts = consolidation.ACTIONS
+    acts = consolidator.ACTIONS
     values = {name: [s["accuracy"], s["macro_f1"]] + [s["per_action"][a]["f1"] for a in acts] for name, s in r.items()}
     return values, ["accuracy", "macro-F1"] + [f"F1 {a}" for a in acts], None
 

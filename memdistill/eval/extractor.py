@@ -23,10 +23,10 @@ from tqdm import tqdm
 from memdistill.core.config import ConfigError, job_config
 from memdistill.core.embedder import Embedder
 from memdistill.core.models import trained_prompt
-from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report, run_dir
 from memdistill.data import seed as seedlib
 from memdistill.metrics.extraction import ExtractionScores, query_scores
-from memdistill.spec import extraction, query_parse
+from memdistill.spec import extractor, query_parser
 from memdistill.spec.dialogue import interleaved, windows
 
 
@@ -86,13 +86,13 @@ def topic_starts(conv, how: str | None, seed) -> set[str] | None:
         if len(rows) != len(conv.sessions):
             raise ValueError(f"topic_windows=gold: {conv.conversation_id} has no gold boundaries for every session")
         return {i for r in rows for i in r["change_turn_ids"]}
-    from memdistill.spec import topic_segment
+    from memdistill.spec import segmenter
 
     enc = _segmenter(how)
     out = set()
     for s in conv.sessions:
-        idx = topic_segment.decisions(s.turns)
-        flags = enc.changes([topic_segment.encoder_text(*topic_segment.context(s.turns, i)) for i in idx])
+        idx = segmenter.decisions(s.turns)
+        flags = enc.changes([segmenter.encoder_text(*segmenter.context(s.turns, i)) for i in idx])
         out |= {s.turns[i].turn_id for i, f in zip(idx, flags) if f}
     return out
 
@@ -124,12 +124,12 @@ def _generate(model: str, cfg: EvalConfig, wins, qs):
     )
     # the student prompt the model was trained with (its metadata; "student" for a base model)
     prompt = trained_prompt(model)
-    items = [(extraction.chat_messages(w, prompt), cfg.max_new_tokens, extraction.json_schema(w)) for w in wins]
+    items = [(extractor.chat_messages(w, prompt), cfg.max_new_tokens, extractor.json_schema(w)) for w in wins]
     items += [
         (
-            query_parse.chat_messages(q["question"], q["question_date"]),
+            query_parser.chat_messages(q["question"], q["question_date"]),
             cfg.query_max_new_tokens,
-            query_parse.json_schema(),
+            query_parser.json_schema(),
         )
         for q in qs
     ]
@@ -169,7 +169,7 @@ def evaluate_model(model: str, cfg: EvalConfig, seed, wins, qs, embedder) -> tup
     scores = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
     rows = []
     for w, o in zip(wins, outs[: len(wins)]):
-        res = extraction.parse(o.text, w)
+        res = extractor.parse(o.text, w)
         gold = seed.gold_records(w)
         pairs = scores.add(
             o.text,
@@ -214,8 +214,7 @@ def run(cfg: EvalConfig) -> Path:
     labels = cfg.labels or [
         Path(m).name if not m.startswith("embedded:") else m.split(":", 1)[1] + " (base)" for m in cfg.models
     ]
-    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg.output_dir)
     embedder = Embedder() if cfg.similarity == "embedding" else None
     results = {}
     with (out / "outputs.jsonl").open("w") as f:
@@ -394,9 +393,9 @@ def write_report(out: Path, results: dict, cfg: EvalConfig, n_windows: int, n_qu
         "",
         "Generation time (s): " + ", ".join(f"{k} {v['generation_seconds']}" for k, v in results.items()),
         "",
-        "![extraction](extraction.png)",
+        "![extraction](extractor.png)",
         "",
-        "![query analysis](query_parse.png)",
+        "![query analysis](query_parser.png)",
         "",
         DEFINITIONS,
     ]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,14 +35,14 @@ from memdistill.core.config import ConfigError, job_config
 from memdistill.core.embedder import Embedder
 from memdistill.core.io import recover_log, write_json
 from memdistill.core.models import model_path, trained_windows
-from memdistill.core.report import ci_cell, md_table, print_report, pyplot, save_figure
+from memdistill.core.report import ci_cell, md_table, print_report, pyplot, run_dir, save_figure
 from memdistill.data.label import ALWAYS_REJECT
 from memdistill.data.sources import load
 from memdistill.data.teacher import Teacher, TeacherError, settings_from_dict
 from memdistill.eval.extractor import EvalConfig, cell, evaluate_model, test_items
 from memdistill.metrics.extraction import ExtractionScores, schema_valid
 from memdistill.metrics.stats import mean_ci, rate_ci
-from memdistill.spec import extraction
+from memdistill.spec import extractor
 from memdistill.spec.dialogue import first_windows, interleaved, windows
 
 
@@ -125,7 +124,7 @@ def held_out_windows(cfg: FidelityConfig, win: dict):
 
 def usable(reply_text: str, finish_reason: str | None, window) -> list | None:
     """The teacher's records when the labelling job would accept the answer, else None."""
-    res = extraction.parse(reply_text, window)
+    res = extractor.parse(reply_text, window)
     if not res.ok or finish_reason == "length" or {p.code for p in res.problems} & ALWAYS_REJECT:
         return None
     return res.records
@@ -140,8 +139,8 @@ def ask_teacher(cfg: FidelityConfig, wins, styles) -> tuple[list[TeacherOutput],
             got = await asyncio.gather(
                 *(
                     t.complete(
-                        extraction.chat_messages(w, "teacher", styles[w.conversation_id]),
-                        extraction.json_schema(),
+                        extractor.chat_messages(w, "teacher", styles[w.conversation_id]),
+                        extractor.json_schema(),
                         "memories",
                     )
                     for w in wins
@@ -197,7 +196,7 @@ def teacher_from_labels(path: str, wins) -> tuple[list[TeacherOutput], dict]:
     for w in wins:
         rec = by_window[_window_key(w.to_json())]
         ok = rec["status"] == "ok"
-        recs = [extraction.MemoryRecord.model_validate(r) for r in rec["label"]["records"]] if ok else None
+        recs = [extractor.MemoryRecord.model_validate(r) for r in rec["label"]["records"]] if ok else None
         outs.append(TeacherOutput(recs, None, bool(rec.get("cached"))))
     return outs, {"labels_file": str(f), "teacher": next(iter(by_window.values()))["teacher"] if by_window else None}
 
@@ -277,13 +276,12 @@ def run(cfg: FidelityConfig) -> Path:
         sg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
         tg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
         for w, t, r in zip(sw, st, rows):
-            gold, res = seed.gold_records(w), extraction.parse(r["raw"], w)
+            gold, res = seed.gold_records(w), extractor.parse(r["raw"], w)
             sg.add(r["raw"], res.records, gold, res.ok, embedder, parsed=res)
             tg.add(t.raw, t.records, gold, True, embedder)
         result["student_vs_gold"], result["teacher_vs_gold"] = sg.summary(), tg.summary()
 
-    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg.output_dir)
     write_json(out / "metrics.json", result)
     by_key = {(r["conversation_id"], r["window_index"]): r for r in rows}
     with (out / "outputs.jsonl").open("w") as f:

@@ -2,7 +2,7 @@
 
   memdistill eval-typing --config configs/eval/typing_cpu.yaml [key=value ...]        (make eval-typing)
 
-Reference label of each test question (memdistill.spec.query_type): MemoType's vote of the trained type
+Reference label of each test question (memdistill.spec.querytyper): MemoType's vote of the trained type
 router (`router`) over the question's gold evidence turns, the real memories that LLM-written hypothetical
 ones stand in for (`data/built/querytyper/<split>.jsonl`, cast as `memdistill train querytyper` casts it).
 Three ways to type a question, as the runtime could, each scored against it (accuracy, macro-F1, per-type
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +37,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memdistill.core.config import job_config
-from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report
+from memdistill.core.io import write_json
+from memdistill.core.report import bars_of, ci_cell, grouped_bars, md_table, print_report, run_dir
 from memdistill.metrics.encoders import class_scores
 from memdistill.metrics.recall import evidence_coverage, ndcg_at
 from memdistill.metrics.stats import mean_ci
-from memdistill.spec import memory_type, query_type
+from memdistill.spec import querytyper as querytyper_spec
+from memdistill.spec import router as router_spec
 
 BANKS = ("turns", "gold")
 RAW, HYPO, TYPER, ORACLE = "router on the raw question", "router on K LM memories", "query typer", "reference vote"
@@ -87,8 +88,8 @@ def hypothetical_types(mm, router, questions: list[str], concurrency: int) -> tu
         parsed = list(tqdm(asked, total=len(questions), desc="hypothetical memories", unit="q"))
     types, detail = [], []
     for res in parsed:
-        probs = router.scores([(memory_type.encoder_text(m),) for m in res.memories]) if res.memories else []
-        types.append(query_type.vote(probs) if probs else query_type.NONE)
+        probs = router.scores([(router_spec.encoder_text(m),) for m in res.memories]) if res.memories else []
+        types.append(querytyper_spec.vote(probs) if probs else querytyper_spec.NONE)
         detail.append({"memories": res.memories, "problems": [p.code for p in res.problems]})
     return types, detail
 
@@ -132,15 +133,14 @@ def run(cfg: TypingEvalConfig) -> Path:
     from memdistill.eval.encoders import rule_router, zero_shot_lm
     from memdistill.train.encoder import read_rows
 
-    out = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir(cfg.output_dir)
     router = Encoder(cfg.router)
     rows = read_rows(str(Path(cfg.data_dir) / "querytyper" / f"{cfg.split}.jsonl"), "querytyper", label_router=router)
     gold = [r["label"] for r in rows]
     texts = [r["text"] for r in rows]
     preds: dict[str, list[str]] = {
-        RAW: [query_type.vote([p]) for p in router.scores([(t,) for t in texts])],
-        RULES: [query_type.vote([memory_type.to_vector(rule_router(t))]) for t in texts],
+        RAW: [querytyper_spec.vote([p]) for p in router.scores([(t,) for t in texts])],
+        RULES: [querytyper_spec.vote([router_spec.to_vector(rule_router(t))]) for t in texts],
     }
     skipped, detail, lm = [], [{} for _ in rows], None
     if cfg.lm_baseline:
@@ -153,7 +153,7 @@ def run(cfg: TypingEvalConfig) -> Path:
         preds[TYPER] = Encoder(cfg.querytyper).query_types(texts)
     else:
         skipped.append(f"query typer: no exported model at {cfg.querytyper} (run `make train-querytyper`)")
-    typing = {name: class_scores(p, gold, query_type.LABELS) for name, p in preds.items()}
+    typing = {name: class_scores(p, gold, querytyper_spec.LABELS) for name, p in preds.items()}
 
     seed = seedlib.load(cfg.seed_dir)
     questions = [q for q in seed_questions(seed, cfg.split) if q.evidence]
@@ -173,7 +173,7 @@ def run(cfg: TypingEvalConfig) -> Path:
         }
     meta = {"split": cfg.split, "router": cfg.router, "querytyper": cfg.querytyper, "lm": lm, "skipped": skipped}
     meta["reference"] = dict(sorted((lab, gold.count(lab)) for lab in set(gold)))
-    (out / "metrics.json").write_text(json.dumps({**meta, "typing": typing, "retrieval": ret}, indent=1))
+    write_json(out / "metrics.json", {**meta, "typing": typing, "retrieval": ret})
     with (out / "predictions.jsonl").open("w") as f:
         for i, r in enumerate(rows):
             row = {"question_id": r["question_id"], "question": r["text"], "reference": gold[i]}
@@ -209,12 +209,12 @@ def write_report(out: Path, meta: dict, typing: dict, ret: dict, ks: list[int]) 
             name,
             ci_cell(s["accuracy"], s["accuracy_ci95"], ".3f"),
             ci_cell(s["macro_f1"], s["macro_f1_ci95"], ".3f"),
-            *[f"{s['f1'][lab]:.3f}" for lab in query_type.LABELS],
+            *[f"{s['f1'][lab]:.3f}" for lab in querytyper_spec.LABELS],
         ]
         for name, s in typing.items()
     ]
     rows.append([f"always {majority} (majority)", f"{meta['reference'][majority] / n:.3f}", "", "", "", "", ""])
-    L += md_table(["typing", "accuracy", "macro-F1", *[f"F1 {lab}" for lab in query_type.LABELS]], rows) + [""]
+    L += md_table(["typing", "accuracy", "macro-F1", *[f"F1 {lab}" for lab in querytyper_spec.LABELS]], rows) + [""]
     for kind, r in ret.items():
         L += [
             f"## Retrieval, {kind} bank (MemoType Table 2 layout)",

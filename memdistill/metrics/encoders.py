@@ -13,7 +13,7 @@ import numpy as np
 
 # bootstrap_ci lives in stats; re-exported here for existing importers
 from memdistill.metrics.stats import bootstrap_ci
-from memdistill.spec import MODELS, consolidation, memory_type, query_type, recall_gate, recall_plan
+from memdistill.spec import MODELS, consolidator, gate, planner, querytyper, router
 
 
 def binary_prf(pred: list[bool], gold: list[bool]) -> dict:
@@ -73,7 +73,7 @@ def router_scores(pred: list[list[str] | None], gold: list[list[str]]) -> dict:
     printed where the mean of its per-type F1 is 91.95). The project's stricter figures sit beside them
     under their own names: `exact_set` (the whole label set right, none = the empty set) and `micro_f1`.
     `None` = unreadable output: no label, never an exact set. Units: snippets."""
-    labs = memory_type.LABELS
+    labs = router.LABELS
     n = len(gold)
     P = np.array([[p is not None and lab in p for lab in labs] for p in pred], dtype=bool).reshape(n, len(labs))
     G = np.array([[lab in g for lab in labs] for g in gold], dtype=bool).reshape(n, len(labs))
@@ -171,7 +171,7 @@ def gate_examples(rows: list[dict], scores: list[float] | None = None) -> list[d
 
 
 def _question(row: dict) -> str:
-    prefix = recall_gate.pair_query("", row["complexity"])
+    prefix = gate.pair_query("", row["complexity"])
     return row["query"][len(prefix) :].strip() if row["query"].startswith(prefix.strip()) else row["query"]
 
 
@@ -180,7 +180,7 @@ def gate_scores(
 ) -> dict:
     """Keep precision / recall / F1 over all candidates and the share of candidate tokens (whitespace
     words) removed; intervals resample whole examples (questions). `kept` (1-based ids per example;
-    None = unreadable, keeps all); by default `recall_gate.select` on the examples' scores, after
+    None = unreadable, keeps all); by default `gate.select` on the examples' scores, after
     subtracting `shift` from their logits (how tuning tries a threshold; `ci=False` spares it the
     bootstrap). The keep-all baseline is what a stack without a gate passes on."""
     import math
@@ -191,7 +191,7 @@ def gate_scores(
             s = min(max(s, 1e-7), 1 - 1e-7)
             return 1 / (1 + math.exp(-(math.log(s / (1 - s)) - shift)))
 
-        kept = [recall_gate.select([fold(s) for s in e["scores"]], e["complexity"]) for e in examples]
+        kept = [gate.select([fold(s) for s in e["scores"]], e["complexity"]) for e in examples]
     cols = ("tp", "fp", "fn", "tokens", "kept_tokens", "gold_tokens", "kept", "invalid", "candidates")
     per = {c: np.zeros(len(examples)) for c in cols}
     for j, (e, k) in enumerate(zip(examples, kept)):
@@ -239,7 +239,7 @@ def consolidator_scores(pred: list[str | None], gold: list[str]) -> dict:
     """Action accuracy, macro-F1 and per-action precision / recall / F1 over the gold pairs (None or an
     unknown action = invalid, never right), valid rate; intervals over pairs; the always-the-majority-
     action baseline."""
-    labs = list(consolidation.ACTIONS)
+    labs = list(consolidator.ACTIONS)
     n = len(gold)
     P, G = np.array([p if p in labs else "invalid" for p in pred], dtype=object), np.array(gold, dtype=object)
     per = {a: _prf(P == a, G == a) for a in labs}
@@ -332,10 +332,10 @@ def _kappa(tp: int, fp: int, fn: int, n: int) -> float:
 # The gate's items are its examples (a question with its candidates), every other model's its built rows.
 GRADERS = {
     "router_scores": lambda pred, rows: router_scores(pred, [r["labels"] for r in rows]),
-    "planner_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], recall_plan.COMPLEXITIES),
+    "planner_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], planner.COMPLEXITIES),
     "consolidator_scores": lambda pred, rows: consolidator_scores(pred, [r["label"] for r in rows]),
     "segmenter_scores": lambda pred, rows: segmenter_scores(pred, rows),
-    "querytyper_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], query_type.LABELS),
+    "querytyper_scores": lambda pred, rows: class_scores(pred, [r["label"] for r in rows], querytyper.LABELS),
     "gate_scores": lambda pred, rows: gate_scores(gate_examples(rows), pred),
 }
 
@@ -351,4 +351,4 @@ def decisions(name: str, probs: list[list[float]], rows: list[dict]) -> list:
     m = MODELS[name]
     if m.head != "pair_score":
         return [m.decide(p) for p in probs]
-    return [recall_gate.select(e["scores"], e["complexity"]) for e in gate_examples(rows, [m.decide(p) for p in probs])]
+    return [gate.select(e["scores"], e["complexity"]) for e in gate_examples(rows, [m.decide(p) for p in probs])]

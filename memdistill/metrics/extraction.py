@@ -32,8 +32,8 @@ import numpy as np
 
 from memdistill.core.embedder import Embedder
 from memdistill.metrics.stats import bootstrap_ci
-from memdistill.spec import query_parse
-from memdistill.spec.extraction import MEMORY_TYPES, ExtractionOutput, MemoryRecord
+from memdistill.spec import query_parser
+from memdistill.spec.extractor import MEMORY_TYPES, ExtractionOutput, MemoryRecord
 from memdistill.spec.jsonout import load_json
 
 DEFAULT_THRESHOLD = {"embedding": 0.7, "token_f1": 0.5}
@@ -279,8 +279,8 @@ def _show(v) -> str:
 def query_scores(outputs: list[str | None], questions: list[dict]) -> dict:
     """Query analysis over the questions (each a gold row with a `query`). An output the spec cannot parse
     is wrong wherever it is scored and triggers nothing, fills nothing."""
-    golds = [query_parse.QueryAnalysis.model_validate(q["query"]) for q in questions]
-    preds = [query_parse.parse(raw).query for raw in outputs]
+    golds = [query_parser.QueryAnalysis.model_validate(q["query"]) for q in questions]
+    preds = [query_parser.parse(raw).query for raw in outputs]
     units = []
     for p, g in zip(preds, golds):
         fire, need = bool(p and p.need_assistant_context), g.need_assistant_context

@@ -16,7 +16,7 @@ from typing import Iterable
 from memdistill.core.io import read_jsonl
 from memdistill.spec import qa
 from memdistill.spec.dialogue import message_text, parse_timestamp
-from memdistill.spec.extraction import Dimension, time_bounds
+from memdistill.spec.extractor import Dimension, time_bounds
 
 
 class BankError(ValueError):
@@ -44,7 +44,7 @@ class MemoryItem:
     merged_into: str | None = None
     sources: list[str] | None = None
     # TriMEM labels the type router gave the content when it entered a typed bank (MemoryBank.type_with);
-    # None = never typed, [] = typed none. Type-scoped retrieval searches both (memdistill.spec.query_type).
+    # None = never typed, [] = typed none. Type-scoped retrieval searches both (memdistill.spec.querytyper).
     types: list[str] | None = None
 
     @property
@@ -56,8 +56,8 @@ class MemoryItem:
         return self.sources or [self.turn_id]
 
     def stored(self):
-        """The record as the consolidator sees it (memdistill.spec.consolidation.StoredRecord)."""
-        from memdistill.spec.consolidation import StoredRecord
+        """The record as the consolidator sees it (memdistill.spec.consolidator.StoredRecord)."""
+        from memdistill.spec.consolidator import StoredRecord
 
         return StoredRecord(
             self.content, self.dimension, self.speaker or "", self.timestamp.isoformat() if self.timestamp else ""
@@ -147,7 +147,7 @@ class MemoryItem:
 
 
 def _types(value, where: str) -> list[str] | None:
-    from memdistill.spec.memory_type import LABELS
+    from memdistill.spec.router import LABELS
 
     if value is None:
         return None

@@ -6,7 +6,7 @@
         cons.add(bank, item)
     cons.save_log("decisions.jsonl"); Consolidator.replay(other_bank, "decisions.jsonl")
 
-For each new record the cascade (`memdistill.spec.consolidation.candidates`: same memory_type, keyword
+For each new record the cascade (`memdistill.spec.consolidator.candidates`: same memory_type, keyword
 Jaccard, embedding cosine) picks the current records of its conversation worth a decision; `decide`
 answers for those pairs only. Then:
 - SUPERSEDE: the old record stays, marked superseded by the new one, holding until the new one's time;
@@ -26,8 +26,8 @@ from typing import Callable
 
 from memdistill.core.io import read_jsonl
 from memdistill.runtime.bank import MemoryBank, MemoryItem
-from memdistill.spec import consolidation
-from memdistill.spec.consolidation import CascadeStats, ParseResult, StoredRecord
+from memdistill.spec import consolidator
+from memdistill.spec.consolidator import CascadeStats, ParseResult, StoredRecord
 from memdistill.spec.dialogue import parse_timestamp
 
 Decide = Callable[[list[tuple[StoredRecord, StoredRecord]]], list[ParseResult]]
@@ -37,10 +37,10 @@ Decide = Callable[[list[tuple[StoredRecord, StoredRecord]]], list[ParseResult]]
 class Consolidator:
     decide: Decide  # (new, existing) pairs -> one decision each
     embed: Callable | None = None  # unit-vector embedder for the cascade's last level (MiniLM by default)
-    # the cascade (consolidation.candidates); the default is consolidation.WIDE, DimMem's own is (JACCARD, COSINE, True)
-    jaccard_min: float = consolidation.WIDE["jaccard_min"]
-    cosine_min: float = consolidation.WIDE["cosine_min"]
-    keywords_then_cosine: bool = consolidation.WIDE["keywords_then_cosine"]  # False: keywords or cosine
+    # the cascade (consolidator.candidates); the default is consolidator.WIDE, DimMem's own is (JACCARD, COSINE, True)
+    jaccard_min: float = consolidator.WIDE["jaccard_min"]
+    cosine_min: float = consolidator.WIDE["cosine_min"]
+    keywords_then_cosine: bool = consolidator.WIDE["keywords_then_cosine"]  # False: keywords or cosine
     same_type: bool = True  # False: records of any memory_type are compared (changes recorded under another type)
     # True: at most one MERGE or SUPERSEDE per new record, the most similar candidate's; the others are logged
     # unapplied. False: one MERGE, and every SUPERSEDE, as decided.
@@ -62,7 +62,7 @@ class Consolidator:
         existing = [it for it in bank.of(item.conversation_id) if it.current]
         bank.add(item)
         new, olds = item.stored(), [it.stored() for it in existing]
-        picked, stats = consolidation.candidates(
+        picked, stats = consolidator.candidates(
             new,
             olds,
             self.embed,
@@ -94,7 +94,7 @@ class Consolidator:
                 if any(x["action"] == "MERGE" for x in decisions):
                     d["applied"] = False  # one merge per new record: the most similar one
                 else:
-                    merged = res.merged or consolidation.merge_rule(new, olds[i])
+                    merged = res.merged or consolidator.merge_rule(new, olds[i])
                     d["merged"] = merged.model_dump()
             decisions.append(d)
         for d in decisions:
@@ -132,7 +132,7 @@ def apply(bank: MemoryBank, d: dict) -> bool:
     mid = merged_id(new.memory_id, old.memory_id)
     if d["action"] != "MERGE" or bank.get(mid):
         return False
-    m = consolidation.MergedRecord.model_validate(d["merged"])
+    m = consolidator.MergedRecord.model_validate(d["merged"])
     bank.add(
         MemoryItem(
             mid,

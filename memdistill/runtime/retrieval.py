@@ -8,7 +8,7 @@ Routes, per conversation (DimMem section 3.3, Eq. 6-7):
   plain question.
 - dense: cosine of all-MiniLM-L6-v2 embeddings of the content and of the anchor (or question).
 - dimension route (when a parsed query or a type router gives constraints): s_dim = the weighted mean
-  of the active components only: target memory type, time (the query's range, memdistill.spec.query_parse.
+  of the active components only: target memory type, time (the query's range, memdistill.spec.query_parser.
   time_range, against the record's time, or the source message date when the record has none),
   location, keyword phrases and keyword tokens. Weights 1.5 / 3 / 2 / 1.5 / 1.5, the proportions of the
   DimMem case study (Table 8: 0.158 / 0.316 / 0.211 / 0.158 / 0.158).
@@ -32,10 +32,10 @@ Fusion (`fusion`):
 Hooks (plain callables, all optional):
 - router(question) -> DimMem types; fills target types when the parsed query has none.
 - planner(question) -> "simple" | "hybrid" | "complex"; picks the budget from `plan_budgets`
-  (default memdistill.spec.recall_gate.BUDGETS, flat caps that are memdistill's choice: TiMem's planner
+  (default memdistill.spec.gate.BUDGETS, flat caps that are memdistill's choice: TiMem's planner
   sets per-level budgets of a memory hierarchy instead, Table 7, which a flat bank has no levels for).
 - gate(question, complexity, candidate texts) -> kept 1-based ids among the budgeted candidates.
-- query_typer(question) -> MemoType query type (EM / PM / GM / none, memdistill.spec.query_type): retrieval is
+- query_typer(question) -> MemoType query type (EM / PM / GM / none, memdistill.spec.querytyper): retrieval is
   scoped to records the type router gave that type when they entered the bank (MemoryBank.type_with);
   records never typed or typed none stay searchable, so scoping only skips records typed otherwise.
   Recall.skipped is the share of the conversation's records it skipped (MemoType: about 20%, section 2.2).
@@ -44,7 +44,7 @@ Consolidated banks (memdistill.runtime.consolidate): current records rank before
 ones (`history="after"`: by score, but never above the record that replaced them), or the latter are dropped
 (`"drop"`) or ranked by score alone (`"mixed"`).
 `hooks_from_models` builds them from a MemoryModels endpoint (classify_types, plan, gate); `score_gate` turns a
-candidate scorer into a gate through memdistill.spec.recall_gate.select.
+candidate scorer into a gate through memdistill.spec.gate.select.
 """
 
 from __future__ import annotations
@@ -59,11 +59,11 @@ import numpy as np
 from memdistill.core.embedder import Embedder
 from memdistill.runtime.bank import MemoryBank, MemoryItem
 from memdistill.spec import qa
-from memdistill.spec import query_type as query_type_spec
-from memdistill.spec.consolidation import below_successors
+from memdistill.spec import querytyper as query_type_spec
+from memdistill.spec.consolidator import below_successors
 from memdistill.spec.dialogue import Conversation
-from memdistill.spec.query_parse import QueryAnalysis, QueryDimension, time_range
-from memdistill.spec.recall_gate import BUDGETS, select
+from memdistill.spec.gate import BUDGETS, select
+from memdistill.spec.query_parser import QueryAnalysis, QueryDimension, time_range
 
 # Where records that consolidation marked superseded or merged go in a ranking: after every current one, nowhere,
 # or wherever their score puts them (as if the bank were not consolidated). After: by score, except that a record
@@ -232,7 +232,7 @@ class MemoryRuntime:
         query_type: str | None = None,
     ) -> list[Hit]:
         """The fused tri-path ranking (bi-path with route=False) of one conversation's memories; with a
-        `query_type`, of those in its scope only (memdistill.spec.query_type.in_scope)."""
+        `query_type`, of those in its scope only (memdistill.spec.querytyper.in_scope)."""
         idx = self.index(conversation_id)
         n = len(idx.items)
         if not n:
@@ -372,5 +372,5 @@ def hooks_from_models(mm, which=("router", "planner", "gate")) -> dict:
 
 def score_gate(score: Callable, threshold: float = 0.5) -> Callable:
     """A gate from a scorer (question, complexity, candidates) -> keep probabilities, e.g. a
-    cross-encoder; ids kept under memdistill.spec.recall_gate's per-complexity thresholds and budgets."""
+    cross-encoder; ids kept under memdistill.spec.gate's per-complexity thresholds and budgets."""
     return lambda q, c, cands: select(score(q, c, cands), c, threshold)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from memdistill.spec import consolidation, extraction
+from memdistill.spec import consolidator, extractor
 from memdistill.spec.dialogue import Window
 from memdistill.spec.request import chat_request
 
@@ -97,11 +97,11 @@ def record_metadata(m) -> dict:
     }
 
 
-def _stored(hit: dict) -> consolidation.StoredRecord:
+def _stored(hit: dict) -> consolidator.StoredRecord:
     """A mem0 memory written by store_in_mem0, as the consolidator sees it."""
     md = hit.get("metadata") or {}
     kws = [k.strip() for k in str(md.get("keywords") or "").split(",") if k.strip()]
-    dim = extraction.Dimension(
+    dim = extractor.Dimension(
         memory_type=md.get("memory_type") or "fact",
         time=md.get("time") or "",
         location=md.get("location") or "",
@@ -109,7 +109,7 @@ def _stored(hit: dict) -> consolidation.StoredRecord:
         purpose=md.get("purpose") or "",
         keywords=kws,
     )
-    return consolidation.StoredRecord(
+    return consolidator.StoredRecord(
         hit["memory"], dim, md.get("source_speaker") or "", str(md.get("source_timestamp") or "")
     )
 
@@ -120,14 +120,14 @@ def store_in_mem0(
     user_id: str,
     consolidate=None,
     embed=None,
-    jaccard_min: float = consolidation.WIDE["jaccard_min"],
-    cosine_min: float = consolidation.WIDE["cosine_min"],
-    keywords_then_cosine: bool = consolidation.WIDE["keywords_then_cosine"],
+    jaccard_min: float = consolidator.WIDE["jaccard_min"],
+    cosine_min: float = consolidator.WIDE["cosine_min"],
+    keywords_then_cosine: bool = consolidator.WIDE["keywords_then_cosine"],
     same_type: bool = True,
     one_change: bool = False,
 ) -> list[str]:
     """Add ExtractedMemory items to mem0 as raw memories (`infer=False`); returns mem0's ids of what was
-    added. With `consolidate` ((new, existing) pairs -> consolidation.ParseResult list, e.g.
+    added. With `consolidate` ((new, existing) pairs -> consolidator.ParseResult list, e.g.
     `MemoryModels.consolidate_pairs`) each record is first checked against the user's current memories
     (cascade thresholds and `one_change` as in memdistill.runtime.consolidate.Consolidator; `embed` defaults to
     MiniLM)."""
@@ -141,9 +141,9 @@ def store_in_mem0(
         decisions = []
         if consolidate is not None:
             current = mem.get_all(filters={"user_id": user_id, "status": "current"}, top_k=100_000)["results"]
-            new = consolidation.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
+            new = consolidator.StoredRecord(m.record.content, m.record.dimension, m.speaker or "", m.timestamp or "")
             olds = [_stored(h) for h in current]
-            picked, _ = consolidation.candidates(
+            picked, _ = consolidator.candidates(
                 new,
                 olds,
                 embed,
@@ -166,7 +166,7 @@ def store_in_mem0(
                                                  "valid_until": m.timestamp})  # fmt: skip
         if merge is not None:
             old, stored, r = merge
-            merged = r.merged or consolidation.merge_rule(new, stored)
+            merged = r.merged or consolidator.merge_rule(new, stored)
             d, omd = merged.dimension, old.get("metadata") or {}
             sources = [*str(omd.get("sources") or omd.get("source_turn_id") or "").split(", "), m.turn_id]
             mmd = {**md, "memory_type": d.memory_type, "time": d.time, "location": d.location, "reason": d.reason,
@@ -200,7 +200,7 @@ def search_mem0(
         md = h.get("metadata") or {}
         return md.get("superseded_by") or md.get("merged_into")
 
-    return [hits[k] for k in consolidation.below_successors([h["id"] for h in hits], successor)]
+    return [hits[k] for k in consolidator.below_successors([h["id"] for h in hits], successor)]
 
 
 def openai_extraction_request(
@@ -209,5 +209,5 @@ def openai_extraction_request(
     """The chat-completions body for one window, for stacks that bring their own OpenAI client. `prompt`:
     the student prompt the served model was trained with (`core.models.trained_prompt(model_dir)`)."""
     return chat_request(
-        extraction.chat_messages(window, prompt), model, max_tokens, extraction.json_schema(window), "memories"
+        extractor.chat_messages(window, prompt), model, max_tokens, extractor.json_schema(window), "memories"
     )

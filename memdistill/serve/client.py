@@ -39,14 +39,14 @@ import openai
 from memdistill.core.models import trained_prompt, trained_windows
 from memdistill.spec import (
     ENCODERS,
-    consolidation,
-    extraction,
-    memory_type,
-    query_parse,
-    query_type,
-    recall_gate,
-    recall_plan,
-    topic_segment,
+    consolidator,
+    extractor,
+    gate,
+    planner,
+    query_parser,
+    querytyper,
+    router,
+    segmenter,
 )
 from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
 from memdistill.spec.jsonout import Problem
@@ -71,7 +71,7 @@ class BadRequest(MemoryModelsError):
 
 @dataclass
 class ExtractedMemory:
-    record: extraction.MemoryRecord
+    record: extractor.MemoryRecord
     conversation_id: str
     window_index: int
     turn_id: str  # pointer to the source turn
@@ -123,7 +123,7 @@ class MemoryModels:
         qwen3_no_think: bool = True,
         student_prompt: str | None = None,
     ):
-        """`windows` ({style: [[W, O], ...]}) and `student_prompt` (a name in `extraction.STUDENT_PROMPTS`)
+        """`windows` ({style: [[W, O], ...]}) and `student_prompt` (a name in `extractor.STUDENT_PROMPTS`)
         say what the extractor was trained with, or `model_dir` (a merged model or adapter directory) holds
         both in its metadata; without them, `extract` asks the endpoint which model it serves and reads that
         model's metadata when the directory is readable here (else: the paper windows, prompt "student").
@@ -149,8 +149,8 @@ class MemoryModels:
         self._lock = threading.Lock()
         self.model, self.structured, self.max_tokens = model, structured, max_tokens
         self.max_concurrency, self.qwen3_no_think = max_concurrency, qwen3_no_think
-        if student_prompt is not None and student_prompt not in extraction.STUDENT_PROMPTS:
-            raise ValueError(f"student_prompt {student_prompt!r}: expected one of {sorted(extraction.STUDENT_PROMPTS)}")
+        if student_prompt is not None and student_prompt not in extractor.STUDENT_PROMPTS:
+            raise ValueError(f"student_prompt {student_prompt!r}: expected one of {sorted(extractor.STUDENT_PROMPTS)}")
         self._windows, self._prompt = windows, student_prompt
         self._windows_known = windows is not None
         self._model_dir = model_dir
@@ -248,12 +248,12 @@ class MemoryModels:
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             outs = list(
                 pool.map(
-                    lambda w: self.chat(extraction.chat_messages(w, prompt), extraction.json_schema(w), "memories"),
+                    lambda w: self.chat(extractor.chat_messages(w, prompt), extractor.json_schema(w), "memories"),
                     wins,
                 )
             )
         for w, (text, pt, ct) in zip(wins, outs):
-            parsed = extraction.parse(text, w)
+            parsed = extractor.parse(text, w)
             result.prompt_tokens += pt
             result.completion_tokens += ct
             if ct >= self.max_tokens:  # what the parser salvaged is kept; the cut is reported
@@ -308,140 +308,128 @@ class MemoryModels:
         if not candidates:
             return []
         data = self._pool(
-            "gate", "/score", {"text_1": recall_gate.pair_query(question, complexity), "text_2": list(candidates)}
+            "gate", "/score", {"text_1": gate.pair_query(question, complexity), "text_2": list(candidates)}
         )["data"]
         return [d["score"] for d in sorted(data, key=lambda d: d["index"])]
 
     # --- the other models: the encoder when its URL is set, else the served LM -------------------
 
-    def parse_query(self, question: str, question_date) -> query_parse.ParseResult:
+    def parse_query(self, question: str, question_date) -> query_parser.ParseResult:
         text, _, _ = self.chat(
-            query_parse.chat_messages(question, question_date), query_parse.json_schema(), "query", max_tokens=256
+            query_parser.chat_messages(question, question_date), query_parser.json_schema(), "query", max_tokens=256
         )
-        return query_parse.parse(text)
+        return query_parser.parse(text)
 
-    def classify_types(self, texts: list[str]) -> list[memory_type.ParseResult]:
+    def classify_types(self, texts: list[str]) -> list[router.ParseResult]:
         if "router" in self.encoder_urls:
-            probs = self.classify("router", [memory_type.encoder_text(t) for t in texts])
-            return [memory_type.ParseResult(labels=memory_type.from_probs(p)) for p in probs]
+            probs = self.classify("router", [router.encoder_text(t) for t in texts])
+            return [router.ParseResult(labels=router.from_probs(p)) for p in probs]
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             outs = list(
                 pool.map(
-                    lambda t: self.chat(
-                        memory_type.chat_messages(t), memory_type.json_schema(), "labels", max_tokens=32
-                    )[0],
+                    lambda t: self.chat(router.chat_messages(t), router.json_schema(), "labels", max_tokens=32)[0],
                     texts,
                 )
             )
-        return [memory_type.parse(o) for o in outs]
+        return [router.parse(o) for o in outs]
 
-    def plan(self, question: str, names=(), keywords: str = "heuristic") -> recall_plan.ParseResult:
-        """With the planner encoder, keywords come from `recall_plan.heuristic_keywords` ("heuristic") or
+    def plan(self, question: str, names=(), keywords: str = "heuristic") -> planner.ParseResult:
+        """With the planner encoder, keywords come from `planner.heuristic_keywords` ("heuristic") or
         from the LM query parser ("query_parser": one more LM call; the heuristic when it fails)."""
         if "planner" in self.encoder_urls:
             probs = self.classify("planner", [" ".join(question.split())])[0]
-            complexity = recall_plan.complexity_of(probs)
-            kws, problems = recall_plan.heuristic_keywords(question, names), []
+            complexity = planner.complexity_of(probs)
+            kws, problems = planner.heuristic_keywords(question, names), []
             if keywords == "query_parser":
                 q = self.parse_query(question, None)
-                found = (
-                    recall_plan.drop_names(q.query.dimension.keywords, names)[: recall_plan.MAX_KEYWORDS]
-                    if q.ok
-                    else []
-                )
+                found = planner.drop_names(q.query.dimension.keywords, names)[: planner.MAX_KEYWORDS] if q.ok else []
                 if found:
                     kws = found
                 else:
                     problems.append(Problem("keywords_heuristic", "the query parser gave no keywords; heuristic used"))
             elif keywords != "heuristic":
                 raise ValueError(f"keywords={keywords!r}: expected 'heuristic' or 'query_parser'")
-            return recall_plan.ParseResult(recall_plan.RecallPlan(complexity=complexity, keywords=kws), problems)
-        text, _, _ = self.chat(recall_plan.chat_messages(question), recall_plan.json_schema(), "plan", max_tokens=64)
-        return recall_plan.parse(text, names=names)
+            return planner.ParseResult(planner.RecallPlan(complexity=complexity, keywords=kws), problems)
+        text, _, _ = self.chat(planner.chat_messages(question), planner.json_schema(), "plan", max_tokens=64)
+        return planner.parse(text, names=names)
 
-    def gate(self, question: str, complexity: str, candidates: list[str]) -> recall_gate.ParseResult:
+    def gate(self, question: str, complexity: str, candidates: list[str]) -> gate.ParseResult:
         if "gate" in self.encoder_urls:
-            return recall_gate.ParseResult(
-                recall_gate.select(self.keep_scores(question, complexity, candidates), complexity)
-            )
+            return gate.ParseResult(gate.select(self.keep_scores(question, complexity, candidates), complexity))
         text, _, _ = self.chat(
-            recall_gate.chat_messages(question, complexity, candidates),
-            recall_gate.json_schema(),
+            gate.chat_messages(question, complexity, candidates),
+            gate.json_schema(),
             "gate",
             max_tokens=128,
         )
-        return recall_gate.parse(text, n_candidates=len(candidates), complexity=complexity)
+        return gate.parse(text, n_candidates=len(candidates), complexity=complexity)
 
     def topic_changes(self, turns: list) -> list[bool]:
         """A session's utterances (spec.dialogue.Turn, in order) -> whether each opens a topic (TraceMem's
         CHANGE_TOPIC); the first opens the session's first episode. Segmenter: one /classify request; without
-        it, the LM answers per utterance. Cut episodes with `topic_segment.episodes`."""
-        idx = topic_segment.decisions(turns)
+        it, the LM answers per utterance. Cut episodes with `segmenter.episodes`."""
+        idx = segmenter.decisions(turns)
         if not idx:
             return [True] if turns else []
         if "segmenter" in self.encoder_urls:
-            probs = self.classify(
-                "segmenter", [topic_segment.encoder_text(*topic_segment.context(turns, i)) for i in idx]
-            )
-            return [True] + [topic_segment.label_of(p) == "CHANGE" for p in probs]
+            probs = self.classify("segmenter", [segmenter.encoder_text(*segmenter.context(turns, i)) for i in idx])
+            return [True] + [segmenter.label_of(p) == "CHANGE" for p in probs]
 
         with ThreadPoolExecutor(self.max_concurrency) as pool:
-            return [True] + list(pool.map(lambda i: self.topic_change(*topic_segment.context(turns, i)).change, idx))
+            return [True] + list(pool.map(lambda i: self.topic_change(*segmenter.context(turns, i)).change, idx))
 
     def query_type(self, question: str) -> str:
-        """MemoType's query type of a question (EM / PM / GM / none; memdistill.spec.query_type): the query
+        """MemoType's query type of a question (EM / PM / GM / none; memdistill.spec.querytyper): the query
         typer's one /classify call when served, else MemoType's own procedure: the LM writes K hypothetical
         memories and the type router's majority vote over them decides (none when the LM writes nothing)."""
         if "querytyper" in self.encoder_urls:
-            return query_type.label_of(self.classify("querytyper", [query_type.encoder_text(question)])[0])
+            return querytyper.label_of(self.classify("querytyper", [querytyper.encoder_text(question)])[0])
         memories = self.hypothetical_memories(question).memories
         if not memories:
-            return query_type.NONE
+            return querytyper.NONE
         if "router" in self.encoder_urls:
-            return query_type.vote(self.classify("router", [memory_type.encoder_text(m) for m in memories]))
+            return querytyper.vote(self.classify("router", [router.encoder_text(m) for m in memories]))
         labels = [r.labels or [] for r in self.classify_types(memories)]
-        return query_type.vote([memory_type.to_vector(x) for x in labels])
+        return querytyper.vote([router.to_vector(x) for x in labels])
 
-    def hypothetical_memories(self, question: str, k: int | None = None) -> query_type.ParseResult:
-        """The LM's k (default query_type.K) hypothetical one-sentence messages that would answer `question`
+    def hypothetical_memories(self, question: str, k: int | None = None) -> querytyper.ParseResult:
+        """The LM's k (default querytyper.K) hypothetical one-sentence messages that would answer `question`
         (MemoType Eq. 2)."""
-        k = k or query_type.K  # a default argument would read this class's query_type method, not the module
-        text, _, _ = self.chat(query_type.chat_messages(question, k=k), query_type.json_schema(k), "memories", 400)
-        return query_type.parse(text, k)
+        k = k or querytyper.K  # a default argument would read this class's query_type method, not the module
+        text, _, _ = self.chat(querytyper.chat_messages(question, k=k), querytyper.json_schema(k), "memories", 400)
+        return querytyper.parse(text, k)
 
-    def topic_change(self, before: list[str], target: str, after: list[str]) -> topic_segment.ParseResult:
-        """The LM's decision for one utterance (lines as `topic_segment.context` renders them)."""
-        text, _, _ = self.chat(
-            topic_segment.chat_messages(before, target, after), topic_segment.json_schema(), "intent", 16
-        )
-        return topic_segment.parse(text)
+    def topic_change(self, before: list[str], target: str, after: list[str]) -> segmenter.ParseResult:
+        """The LM's decision for one utterance (lines as `segmenter.context` renders them)."""
+        text, _, _ = self.chat(segmenter.chat_messages(before, target, after), segmenter.json_schema(), "intent", 16)
+        return segmenter.parse(text)
 
-    def consolidate(self, new, existing) -> consolidation.ParseResult:
+    def consolidate(self, new, existing) -> consolidator.ParseResult:
         """One memory-update decision for (new, existing) records (StoredRecord, or dicts with content,
         dimension, source_speaker, source_timestamp). MERGE comes with a merged record: the LM's when it
-        wrote a usable one, else `consolidation.merge_rule`."""
+        wrote a usable one, else `consolidator.merge_rule`."""
         return self.consolidate_pairs([(new, existing)])[0]
 
-    def consolidate_pairs(self, pairs) -> list[consolidation.ParseResult]:
+    def consolidate_pairs(self, pairs) -> list[consolidator.ParseResult]:
         """Decisions for many pairs (the consolidator: one /classify request; the LM: concurrent chats)."""
-        pairs = [tuple(r if isinstance(r, consolidation.StoredRecord) else consolidation.StoredRecord.from_json(r)
+        pairs = [tuple(r if isinstance(r, consolidator.StoredRecord) else consolidator.StoredRecord.from_json(r)
                        for r in p) for p in pairs]  # fmt: skip
         if not pairs:
             return []
         if "consolidator" in self.encoder_urls:
-            probs = self.classify("consolidator", [consolidation.encoder_text(n, o) for n, o in pairs])
+            probs = self.classify("consolidator", [consolidator.encoder_text(n, o) for n, o in pairs])
             out = []
             for (n, o), p in zip(pairs, probs):
-                action = consolidation.action_of(p)
-                merged = consolidation.merge_rule(n, o) if action == "MERGE" else None
-                out.append(consolidation.ParseResult(action, merged, ok=True))
+                action = consolidator.action_of(p)
+                merged = consolidator.merge_rule(n, o) if action == "MERGE" else None
+                out.append(consolidator.ParseResult(action, merged, ok=True))
             return out
 
         def one(pair):
             text, _, _ = self.chat(
-                consolidation.chat_messages(*pair), consolidation.json_schema(), "decision", max_tokens=384
+                consolidator.chat_messages(*pair), consolidator.json_schema(), "decision", max_tokens=384
             )
-            return consolidation.parse(text, *pair)
+            return consolidator.parse(text, *pair)
 
         with ThreadPoolExecutor(self.max_concurrency) as pool:
             return list(pool.map(one, pairs))

@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         print(f"[serve] {describe_training_windows(servers.model)}")
         print(
             f"[serve] student prompt {trained_prompt(servers.model)!r} (its metadata): the SDK sends it; a client "
-            "that renders its own prompts uses spec.extraction.chat_messages(window, that name)"
+            "that renders its own prompts uses spec.extractor.chat_messages(window, that name)"
         )
     for u in servers.urls:
         print(f"[serve] chat completions: {u}/v1/chat/completions   (health: {u}/health)")

@@ -4,16 +4,12 @@ Each compact model's schema, prompts, parser, label set, training row, teacher r
 and metric live in exactly one module here, stated once as its `MODEL` record (`memdistill.spec.compact`);
 `MODELS` below is the table every stage loops over:
 
+- `memdistill.spec.compact`      the record (CompactModel) and what it is made of (heads, units, requests)
 - `memdistill.spec.dialogue`     turns, sessions, conversations, timestamps, overlapping windows, rendering
-- `memdistill.spec.extraction`   DimMem memory records (extractor LM)
-- `memdistill.spec.query_parse`  DimMem query analysis (same LM, same adapter)
-- `memdistill.spec.memory_type`  TriMEM EM / PM / GM multi-labels (type router)
-- `memdistill.spec.recall_plan`  TiMem recall complexity + keywords (planner)
-- `memdistill.spec.recall_gate`  TiMem recall gating (gate)
-- `memdistill.spec.consolidation`  DimMem memory update: MERGE / SUPERSEDE / KEEPBOTH (consolidator)
-- `memdistill.spec.topic_segment`  TraceMem topic segmentation: CHANGE / DEVELOP per utterance (segmenter)
-- `memdistill.spec.query_type`   MemoType query typing: hypothetical memories, the router's vote, type scope
-  (query typer)
+- `memdistill.spec.<name>`       one module per compact model, named as the model everywhere else:
+  extractor (DimMem records), query_parser (DimMem query analysis; the extractor's LM and adapter),
+  router (TriMEM EM / PM / GM), planner (TiMem recall complexity), gate (TiMem recall gating), consolidator
+  (DimMem memory update), segmenter (TraceMem topic segmentation), querytyper (MemoType query typing)
 
 Parsers never raise on model output: they return what could be recovered plus `Problem`s with
 reason codes (see `memdistill.spec.jsonout`).
@@ -21,26 +17,22 @@ reason codes (see `memdistill.spec.jsonout`).
 
 # Bumped whenever a schema, prompt or rendering changes in a way that invalidates trained models or
 # datasets. Carried into every dataset row and model card; training refuses a mismatched dataset.
-SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extraction.compact_record)
+SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extractor.compact_record)
 
-# The compact models, in teacher-job order (a job reads the labels of the jobs before it). Each spec module
-# states its model once, as `MODEL` (memdistill.spec.compact.CompactModel); this is the only list of them.
-_MODULES = (
-    "extraction",
-    "query_parse",
-    "memory_type",
-    "recall_plan",
-    "recall_gate",
-    "consolidation",
-    "topic_segment",
-    "query_type",
-)
+# The compact models, in teacher-job order (a job reads the labels of the jobs before it). Each is the module
+# memdistill.spec.<name>, whose `MODEL` (memdistill.spec.compact.CompactModel) states it once; this tuple is the
+# only list of them.
+_NAMES = ("extractor", "query_parser", "router", "planner", "gate", "consolidator", "segmenter", "querytyper")
 
 
 def _table() -> dict:
     import importlib
 
-    return {m.name: m for m in (importlib.import_module(f"memdistill.spec.{mod}").MODEL for mod in _MODULES)}
+    table = {n: importlib.import_module(f"memdistill.spec.{n}").MODEL for n in _NAMES}
+    wrong = [n for n, m in table.items() if m.name != n]
+    if wrong:
+        raise RuntimeError(f"spec modules {wrong} state a MODEL named otherwise: a model's module carries its name")
+    return table
 
 
 MODELS = _table()  # name -> CompactModel

@@ -10,16 +10,16 @@ memory-update consolidator.
   accelerate launch --config_file configs/accelerate/single_gpu.yaml -m memdistill.train.encoder \
       --config configs/training/router_roberta_base.yaml
 
-- router: multi-label over memdistill.spec.memory_type.LABELS (BCE, one sigmoid per label, no label = none),
-  input `memory_type.encoder_text(snippet)`.
-- planner: single-label over memdistill.spec.recall_plan.COMPLEXITIES (softmax); its keywords are not learnt
-  (`recall_plan.heuristic_keywords` offline, or the LM query parser: see memdistill.serve.client).
-- gate: cross-encoder, one logit (BCE) over the pair (`recall_gate.pair_query(question, complexity)`,
-  candidate memory) -> keep probability; `recall_gate.select` applies the per-complexity budgets.
-- consolidator: single-label over memdistill.spec.consolidation.ACTIONS (softmax) on one text,
-  `consolidation.encoder_text(new, existing)` (one text so that vLLM's /classify reads it as trained).
-- segmenter: two-way softmax (DEVELOP / CHANGE) over `topic_segment.encoder_text` (an utterance in context).
-- querytyper: single-label over memdistill.spec.query_type.LABELS (EM / PM / GM / none) on the question; the
+- router: multi-label over memdistill.spec.router.LABELS (BCE, one sigmoid per label, no label = none),
+  input `router.encoder_text(snippet)`.
+- planner: single-label over memdistill.spec.planner.COMPLEXITIES (softmax); its keywords are not learnt
+  (`planner.heuristic_keywords` offline, or the LM query parser: see memdistill.serve.client).
+- gate: cross-encoder, one logit (BCE) over the pair (`gate.pair_query(question, complexity)`,
+  candidate memory) -> keep probability; `gate.select` applies the per-complexity budgets.
+- consolidator: single-label over memdistill.spec.consolidator.ACTIONS (softmax) on one text,
+  `consolidator.encoder_text(new, existing)` (one text so that vLLM's /classify reads it as trained).
+- segmenter: two-way softmax (DEVELOP / CHANGE) over `segmenter.encoder_text` (an utterance in context).
+- querytyper: single-label over memdistill.spec.querytyper.LABELS (EM / PM / GM / none) on the question; the
   label is MemoType's vote of the type router named by `label_router` over the row's memories, cast here
   (the data stage may not import a trained model).
 
@@ -56,7 +56,7 @@ from memdistill.core.report import (
     peak_memory_mb,
     plot_loss,
 )
-from memdistill.spec import ENCODERS, MODELS, SCHEMA_VERSION, query_type, recall_gate
+from memdistill.spec import ENCODERS, MODELS, SCHEMA_VERSION, gate, querytyper
 from memdistill.train.extractor import optimisation_args, run_args
 
 DEFAULT_GRID = [round(0.05 * k, 2) for k in range(1, 20)]
@@ -151,14 +151,14 @@ def read_rows(path: str, task: str, limit: int | None = None, label_router=None)
 
 
 def vote_labels(rows: list[dict], router) -> list[dict]:
-    """MemoType's query type for each row (memdistill.spec.query_type.vote): the router's probabilities
+    """MemoType's query type for each row (memdistill.spec.querytyper.vote): the router's probabilities
     over the row's memories, voted. `router`: an exported router's directory or its Encoder. Sets
     row["label"] and row["router_labels"]."""
     if not isinstance(router, Encoder):
         if not (Path(router) / "config.json").exists():
             raise FileNotFoundError(f"label_router {router}: no exported type router there (run `make train-router`)")
         router = Encoder(router)
-    voter = MODELS[query_type.MODEL.labelled_by]
+    voter = MODELS[querytyper.MODEL.labelled_by]
     if router.task != voter.name:
         raise ValueError(f"label_router {router.dir}: an exported {router.task}, not a {voter.name}")
     texts = [m for r in rows for m in r["memories"]]
@@ -166,7 +166,7 @@ def vote_labels(rows: list[dict], router) -> list[dict]:
     for r in rows:
         mine, k = probs[k : k + len(r["memories"])], k + len(r["memories"])
         r["router_labels"] = [voter.decide(p) for p in mine]
-        r["label"] = query_type.vote(mine)
+        r["label"] = querytyper.vote(mine)
     return rows
 
 
@@ -297,7 +297,7 @@ def _tune_per_label(m, probs, rows, grid) -> dict[str, float]:
 
 
 def _tune_budgeted_keep(m, probs, rows, grid) -> dict[str, float]:
-    """One value maximising keep-F1 of `recall_gate.select` (budgets included) over dev examples."""
+    """One value maximising keep-F1 of `gate.select` (budgets included) over dev examples."""
     from memdistill.metrics.encoders import gate_examples, gate_scores
 
     examples = gate_examples(rows, [p[0] for p in probs])
@@ -391,8 +391,8 @@ def _decision_rule(task: str, thresholds: dict, folded: bool) -> str:
     if m.tuning == "per_label":
         return f"label k present when sigmoid_k >= 0.5 (dev-tuned thresholds {thresholds}, {where}); none when no label"
     return (
-        f"recall_gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
-        f"{recall_gate.BUDGETS} (dev-tuned threshold {thresholds.get('keep')}, {where})"
+        f"gate.select(keep probabilities, complexity): >= 0.5 + per-complexity shift, budgets "
+        f"{gate.BUDGETS} (dev-tuned threshold {thresholds.get('keep')}, {where})"
     )
 
 

@@ -91,8 +91,8 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             "# memdistill extractor",
             "",
             "Writes DimMem memory records from a dialogue window and parses memory queries "
-            f"(spec schema {SCHEMA_VERSION}). Prompts, output schema and parser: `memdistill.spec.extraction` and "
-            "`memdistill.spec.query_parse`.",
+            f"(spec schema {SCHEMA_VERSION}). Prompts, output schema and parser: `memdistill.spec.extractor` and "
+            "`memdistill.spec.query_parser`.",
             "",
             "## Training",
             "",
@@ -101,7 +101,7 @@ def model_card(meta: dict, evaluation: dict | None) -> str:
             "- windows (W/O per conversation style, most rows first): "
             f"{describe_windows(meta.get('training_windows') or {})} — `memdistill serve` and "
             "`MemoryModels.extract(conversation)` use the first of each style by default",
-            f"- student prompt: `{meta.get('student_prompt') or 'student'}` (`extraction.STUDENT_PROMPTS`; the SDK "
+            f"- student prompt: `{meta.get('student_prompt') or 'student'}` (`extractor.STUDENT_PROMPTS`; the SDK "
             "and eval send it, read from this metadata)",
             (
                 f"- LoRA r={c['lora_r']}, alpha={c['lora_alpha']}, dropout={c['lora_dropout']}, "

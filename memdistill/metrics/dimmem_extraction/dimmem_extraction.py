@@ -14,7 +14,7 @@ import datasets
 import evaluate
 
 from memdistill.metrics.extraction import ExtractionScores
-from memdistill.spec import extraction
+from memdistill.spec import extractor
 
 
 class DimmemExtraction(evaluate.Metric):
@@ -37,9 +37,9 @@ class DimmemExtraction(evaluate.Metric):
                 raise ValueError(f"{name}: {len(counts)} counts for {n} predictions")
         scores = ExtractionScores(threshold=threshold, similarity=similarity)
         for k, (raw, ref) in enumerate(zip(predictions, references)):
-            pred = extraction.parse(raw)
+            pred = extractor.parse(raw)
             try:
-                gold = extraction.ExtractionOutput.model_validate_json(ref).memories
+                gold = extractor.ExtractionOutput.model_validate_json(ref).memories
             except ValueError as e:
                 raise ValueError(
                     f'references[{k}] is not a valid {{"memories": [...]}} document: {str(e).splitlines()[0]}'

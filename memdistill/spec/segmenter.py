@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.dialogue import Turn, message_text
 from memdistill.spec.jsonout import Problem, load_json
-from memdistill.spec.recall_plan import stem
+from memdistill.spec.planner import stem
 
 LABELS = ("DEVELOP", "CHANGE")  # index 1 = a boundary before this utterance
 CONTEXT = 2  # utterances on each side, as TraceMem's prompt

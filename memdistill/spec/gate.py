@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json
-from memdistill.spec.recall_plan import COMPLEXITIES, heuristic_keywords, stem
+from memdistill.spec.planner import COMPLEXITIES, heuristic_keywords, stem
 
 # Most memories the gate may keep, and the planner's recall budget in memdistill.runtime: memdistill's own
 # flat caps, since its bank has no hierarchy. TiMem caps no gate output; its planner sets per-level budgets

@@ -2,7 +2,7 @@
 
 MemoType (seed 004, section 2.2) does not classify the raw question, which its authors found inaccurate:
 an LLM writes K = 5 hypothetical memories that would answer the question (HyDE-style, its Figure 16),
-the trained type router (memdistill.spec.memory_type) labels each, and a majority vote gives the query's
+the trained type router (memdistill.spec.router) labels each, and a majority vote gives the query's
 type; retrieval is then scoped to memories of that type. Here:
 - `chat_messages` / `json_schema` / `parse` are the hypothetical-memory call (teacher or served LM);
 - `vote` turns the router's probabilities over the K memories into the query type: the label present
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from memdistill.spec.compact import Answer, CompactModel, Request, need
 from memdistill.spec.jsonout import Problem, load_json, norm_str
-from memdistill.spec.memory_type import LABELS as MEMORY_TYPES
-from memdistill.spec.memory_type import rule_labels
+from memdistill.spec.router import LABELS as MEMORY_TYPES
+from memdistill.spec.router import rule_labels
 
 K = 5
 NONE = "none"
@@ -103,7 +103,7 @@ def parse(raw: str | None, k: int = K) -> ParseResult:
 
 
 def vote(probs: list[list[float]]) -> str:
-    """Router probabilities (one vector over memory_type.LABELS per memory) -> the query type."""
+    """Router probabilities (one vector over router.LABELS per memory) -> the query type."""
     counts = {lab: sum(p[i] >= 0.5 for p in probs) for i, lab in enumerate(MEMORY_TYPES)}
     if not any(counts.values()):
         return NONE

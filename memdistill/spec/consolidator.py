@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memdistill.spec.compact import Answer, CompactModel, Request, need
-from memdistill.spec.extraction import MAX_CONTENT_CHARS, MAX_KEYWORDS, Dimension, inline_refs, time_problem
+from memdistill.spec.extractor import MAX_CONTENT_CHARS, MAX_KEYWORDS, Dimension, inline_refs, time_problem
 from memdistill.spec.jsonout import Problem, load_json, norm_keywords, norm_str
 
 ACTIONS = ("MERGE", "SUPERSEDE", "KEEPBOTH")
@@ -451,7 +451,7 @@ def _zero_shot(chat, row: dict) -> str | None:
 MODEL = CompactModel(
     name="consolidator",
     summary="DimMem memory-update consolidator (cross-encoder over one text holding both records): (new record, "
-    "existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by `consolidation.merge_rule`; DimMem 3.4",
+    "existing record) -> MERGE / SUPERSEDE / KEEPBOTH; merged records by `consolidator.merge_rule`; DimMem 3.4",
     head="softmax",
     unit="pair",
     labels=ACTIONS,

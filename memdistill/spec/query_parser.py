@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memdistill.spec.compact import Answer, CompactModel, Request
 from memdistill.spec.dialogue import format_timestamp, parse_timestamp
-from memdistill.spec.extraction import MEMORY_TYPES, TYPE_ALIASES, MemoryType, inline_refs
+from memdistill.spec.extractor import MEMORY_TYPES, TYPE_ALIASES, MemoryType, inline_refs
 from memdistill.spec.jsonout import Problem, load_json, norm_bool, norm_keywords, norm_str
 from memdistill.spec.render import sft_row
 
@@ -204,7 +204,7 @@ def parse(raw: str | None) -> ParseResult:
 
 def time_range(qt: str):
     """(first day, last day) a query time constraint admits, open ends as None; None for ""."""
-    from memdistill.spec.extraction import time_bounds
+    from memdistill.spec.extractor import time_bounds
 
     if not qt:
         return None
