@@ -130,7 +130,7 @@ def run(cfg: TypingEvalConfig) -> Path:
     from memdistill.core.encoder import Encoder
     from memdistill.data import seed as seedlib
     from memdistill.data.questions import seed_questions
-    from memdistill.eval.encoders import rule_router, zero_shot_lm
+    from memdistill.eval.encoders import zero_shot_lm
     from memdistill.train.encoder import read_rows
 
     out = run_dir(cfg.output_dir)
@@ -140,7 +140,7 @@ def run(cfg: TypingEvalConfig) -> Path:
     texts = [r["text"] for r in rows]
     preds: dict[str, list[str]] = {
         RAW: [querytyper_spec.vote([p]) for p in router.scores([(t,) for t in texts])],
-        RULES: [querytyper_spec.vote([router_spec.to_vector(rule_router(t))]) for t in texts],
+        RULES: [querytyper_spec.vote([router_spec.to_vector(router_spec.rule_labels(t))]) for t in texts],
     }
     skipped, detail, lm = [], [{} for _ in rows], None
     if cfg.lm_baseline:
