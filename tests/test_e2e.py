@@ -420,3 +420,22 @@ def test_extraction_resumes_from_finished_chunks(tmp_path, seed):
     partial.write_text(partial.read_text().replace(f'"of": {n}', '"of": 99', 1))
     with pytest.raises(ConfigError, match="written for other windows"):
         extract_bank(mm, {"mp01": conv}, cfg, "resumed", partial)
+
+
+def test_seed_questions_leave_out_the_unanswerable_and_split_by_conversation_length():
+    """Unanswerable questions (adversarial / abstention) list only look-alike turns as evidence: they stay out of
+    evidence recall unless asked for; `conversation_length` keeps the long or the short conversations."""
+    from memdistill.data import seed as seedlib
+    from memdistill.data.questions import load_questions
+    from memdistill.eval.e2e import E2EConfig, _questions
+
+    _, kept, notes, seed = load_questions("seed", REPO / "data/seed", "test")
+    _, every, _, _ = load_questions("seed", REPO / "data/seed", "test", include_adversarial=True)
+    left_out = [q for q in every if q.category in seedlib.UNANSWERABLE]
+    out_ids = {q.question_id for q in left_out}
+    assert out_ids and len(kept) == len(every) - len(out_ids) and not {q.question_id for q in kept} & out_ids
+    assert f"{len(left_out)} unanswerable questions" in notes[0]
+    for length in ("long", "short"):
+        convs, qs, _, _ = _questions(E2EConfig(data_path=str(REPO / "data/seed"), conversation_length=length))
+        assert convs and {seedlib.length(c) for c in convs.values()} == {length}
+        assert {q.conversation_id for q in qs} == set(convs)

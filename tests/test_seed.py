@@ -166,7 +166,9 @@ def test_windows_cli_on_the_seed_corpus():
     )
     assert r.returncode == 0, r.stderr
     ws = [json.loads(x) for x in r.stdout.splitlines()]
-    assert len({w["conversation_id"] for w in ws}) == len(seedlib.load(SEED).conversations) and all(w["text"] for w in ws)
+    assert len({w["conversation_id"] for w in ws}) == len(seedlib.load(SEED).conversations) and all(
+        w["text"] for w in ws
+    )
 
 
 def test_gate_file_is_what_the_builder_makes(seed):

@@ -120,9 +120,13 @@ def load_questions(fmt: str, path, split: str = "test", include_adversarial: boo
     seed corpus directory."""
     if fmt == "seed":
         seed = seedlib.load(path)
-        qs = seed_questions(seed, split)
+        qs, notes = seed_questions(seed, split), []
+        if not include_adversarial:  # as LoCoMo's category 5: their "evidence" turns only look related
+            unanswerable = [q for q in qs if q.category in seedlib.UNANSWERABLE]
+            qs = [q for q in qs if q.category not in seedlib.UNANSWERABLE]
+            notes += [f"{len(unanswerable)} unanswerable questions ({', '.join(seedlib.UNANSWERABLE)}) left out"]
         ids = {q.conversation_id for q in qs}
-        return {c: seed.conversations[c] for c in seed.conversations if c in ids}, qs, [], seed
+        return {c: seed.conversations[c] for c in seed.conversations if c in ids}, qs, notes if qs else [], seed
     convs = load(fmt, path)
     qs, notes = [], []
     for c in convs:

@@ -54,6 +54,7 @@ from memdistill.core.config import ConfigError, env_key, job_config
 from memdistill.core.io import write_json
 from memdistill.core.report import md_table, print_report, pyplot, rate_cell, save_figure
 from memdistill.core.report import run_dir as new_run_dir
+from memdistill.data import seed as seedlib
 from memdistill.data.questions import Question, load_questions
 from memdistill.eval.extractor import topic_starts
 from memdistill.metrics.recall import RecallScores, TokenCounter
@@ -81,7 +82,9 @@ class E2EConfig:
     dataset: str = "seed"  # seed | locomo | longmemeval
     data_path: str = "data/seed"  # the seed directory, or a LoCoMo / LongMemEval JSON file
     split: str = "test"  # seed only
-    include_adversarial: bool = False  # LoCoMo category 5 (no answer in the conversation)
+    include_adversarial: bool = False  # unanswerable questions: LoCoMo category 5, the seed's adversarial / abstention
+    # seed corpus: "short" or "long" keeps the conversations of that length only (data.seed.length), "all" both
+    conversation_length: str = "all"
     max_conversations: int | None = None  # the first N, conversation styles taken in turn
     max_questions: int | None = None
     banks: list = field(default_factory=lambda: ["gold", "embedded:smollm2-135m-instruct", "runs/extractor-cpu/merged"])
@@ -143,6 +146,7 @@ RESUME_KEYS = (
     "data_path",
     "split",
     "include_adversarial",
+    "conversation_length",
     "max_conversations",
     "max_questions",
     "windows",
@@ -544,6 +548,11 @@ def _labels(cfg: E2EConfig) -> list[str]:
 def _questions(cfg: E2EConfig):
     """(conversations, questions, data notes, seed) of the run: the split, cut to the configured counts."""
     convs, questions, notes, seed = load_questions(cfg.dataset, cfg.data_path, cfg.split, cfg.include_adversarial)
+    if cfg.conversation_length != "all":
+        if cfg.conversation_length not in ("short", "long") or seed is None:
+            raise ConfigError(f"conversation_length {cfg.conversation_length!r}: all, short or long (seed corpus only)")
+        convs = {c: v for c, v in convs.items() if seedlib.length(v) == cfg.conversation_length}
+        questions = [q for q in questions if q.conversation_id in convs]
     if cfg.max_conversations:
         convs = interleaved(convs, cfg.max_conversations)
         questions = [q for q in questions if q.conversation_id in convs]
