@@ -221,7 +221,7 @@ def test_kill_9_midway_then_rerun_gives_the_uninterrupted_dataset(tmp_path, monk
         _plan_faults(fake, load_config(DataConfig, cfg_path))
         cmd = [sys.executable, "-m", "memdistill", "data", "--config", str(cfg_path)]
         out = Path(d["output_dir"])
-        watched = out / "labels/memory_type/labels.jsonl"
+        watched = out / "labels/router/labels.jsonl"
         with open(tmp_path / "killed.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
             deadline = time.time() + 300

@@ -556,7 +556,7 @@ def _check_splits(seed: Seed, rep: Report, minimums: bool = True):
     if minimums and n and n_test / n < 0.2:
         rep.errors.append(f"splits: test holds {n_test}/{n} conversations, under 20%")
     # leakage: the same snippet text or memory content in two splits
-    for kind, key in (("types", "text"), ("memories", "content")):
+    for kind, key in (("types", "text"), ("memories", "content"), ("questions", "question")):
         where = defaultdict(set)
         for r in getattr(seed, kind):
             if r.get("conversation_id") is None or r.get("conversation_id") in seed.split:
