@@ -42,10 +42,10 @@ class DataConfig:
     jobs: list = field(default_factory=lambda: list(NAMES))  # teacher jobs: model names
     label_dir: str | None = None  # labels.jsonl / rejects.jsonl per job; default <output_dir>/labels
     cache_dir: str = ".cache/teacher"  # teacher replies (sqlite), shared by every run against the same teacher
-    type_mode: str = "binary"  # memory_type: one yes/no request per label (binary) or one multi-label request (single)
+    type_mode: str = "binary"  # router: one yes/no request per label (binary) or one multi-label request (single)
     gate_candidates: int = 20  # BM25 top-N memories per gate question
     gate_min_candidates: int = 5
-    # consolidation pairs: the candidate cascade over the extraction job's records (spec.consolidator.candidates)
+    # consolidation pairs: the candidate cascade over the extractor job's records (spec.consolidator.candidates)
     # (also the cascade whose unlabelled pairs become the consolidator's KEEPBOTH rows offline)
     pair_cascade: dict = field(default_factory=lambda: dict(consolidator.WIDE))
     retry_transport: bool = False  # ask again for items whose retries ran out in an earlier run

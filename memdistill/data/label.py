@@ -273,7 +273,7 @@ def segment_items(convs: list[SourceConv]) -> list[Item]:
 def gate_items(
     convs: list[SourceConv], extracted: dict, planned: dict, n_candidates: int, window_pairs: dict
 ) -> list[Item]:
-    """Gate items from the extraction job's records (first window setting of each style) and the plan job's
+    """Gate items from the extractor job's records (first window setting of each style) and the planner job's
     complexities."""
     import bm25s
 
@@ -322,7 +322,7 @@ def gate_items(
 
 
 def consolidation_items(convs: list[SourceConv], extracted: dict, window_pairs: dict, cascade: dict) -> list[Item]:
-    """Pair items from the extraction job's records (first window setting of each style), in the order
+    """Pair items from the extractor job's records (first window setting of each style), in the order
     the records were said; each new record against every earlier record the cascade passes."""
     from memdistill.core.embedder import Embedder
 
