@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from memdistill.data import seed as seedlib
 from memdistill.metrics.recall import ndcg_at
 from memdistill.runtime import MemoryBank, MemoryItem, MemoryRuntime
 from memdistill.runtime.bank import BankError
@@ -113,8 +114,14 @@ def test_ndcg_against_a_hand_computed_fixture():
 
 
 def test_gold_rows_carry_the_evidence_turns_as_memories():
-    rows = encoder_rows("querytyper", 300, "test")
-    assert len(rows) == 60 and all(1 <= len(r["memories"]) <= querytyper.K for r in rows)
+    seed = seedlib.load()
+    questions = {q["question_id"]: q for q in seed.rows("questions", "test")}
+    rows = encoder_rows("querytyper", len(questions), "test")
+    assert [r["question_id"] for r in rows] == list(questions)
+    # an answerable question's memories are its first K evidence turns; an unanswerable one has the look-alike
+    # turns it lists, or none
+    assert all(len(r["memories"]) == min(len(questions[r["question_id"]]["evidence"]), querytyper.K) for r in rows)
+    assert all(r["memories"] for r in rows if questions[r["question_id"]]["category"] not in seedlib.UNANSWERABLE)
     first = rows[0]
     assert first["memories"][0].startswith("Priya: ") or ": " in first["memories"][0]
     assert "label" not in first  # the label is the router's vote, cast at training time
@@ -191,13 +198,14 @@ def test_eval_typing_scores_three_typings_and_scoped_retrieval(tiny_typing_model
     )  # fmt: skip
     out = run(cfg)
     m = json.loads((out / "metrics.json").read_text())
-    assert set(m["typing"]) == {RAW, RULES, TYPER} and m["typing"][TYPER]["n"] == 60
+    n_test = len(seedlib.load().rows("questions", "test"))
+    assert set(m["typing"]) == {RAW, RULES, TYPER} and m["typing"][TYPER]["n"] == n_test
     assert m["skipped"] == ["router on K LM memories: lm_baseline is false"]
     scopes = m["retrieval"]["turns"]["scopes"]
     assert set(scopes) == {"unscoped", RAW, RULES, TYPER, ORACLE}
     assert scopes["unscoped"]["skipped"]["mean"] == 0.0
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(preds) == 60 and all(p["reference"] in querytyper.LABELS for p in preds)
+    assert len(preds) == n_test and all(p["reference"] in querytyper.LABELS for p in preds)
     assert (out / "report.md").read_text().count("MemoType Table 2 layout") == 1
     assert (out / "retrieval.png").stat().st_size > 0 and (out / "typing.png").stat().st_size > 0
 

@@ -156,7 +156,8 @@ def run(cfg: TypingEvalConfig) -> Path:
     typing = {name: class_scores(p, gold, querytyper_spec.LABELS) for name, p in preds.items()}
 
     seed = seedlib.load(cfg.seed_dir)
-    questions = [q for q in seed_questions(seed, cfg.split) if q.evidence]
+    # unanswerable questions' evidence turns only look related: they stay out of retrieval, as in eval-e2e
+    questions = [q for q in seed_questions(seed, cfg.split) if q.evidence and q.category not in seedlib.UNANSWERABLE]
     index = {r["question_id"]: i for i, r in enumerate(rows)}
     missing = [q.question_id for q in questions if q.question_id not in index]
     if missing:
