@@ -14,6 +14,7 @@
 #   make train-consolidator  train the DimMem memory-update consolidator (MERGE / SUPERSEDE / KEEPBOTH)
 #   make train-segmenter train the TraceMem topic segmenter (CHANGE / DEVELOP per utterance)
 #   make train-querytyper train the MemoType query typer (EM / PM / GM / none; labels: the router's vote)
+#   make train-summarizer train the TiMem level summarizer (memory-tree nodes; SmolLM2-135M + its own LoRA, CPU)
 #   make merge           merge its adapter into a vLLM-servable directory
 #   make serve           serve the extractor with vLLM on 127.0.0.1:8000 (Ctrl-C stops it)
 #   make eval            the merged extractor on the gold test split, on its training windows (runs/eval)
@@ -85,6 +86,12 @@ train-router train-planner train-gate train-consolidator train-segmenter: train-
 train-querytyper: setup models data
 	@test -f runs/router-cpu/model/config.json || $(MAKE) train-router
 	$(PY) -m memdistill train querytyper --config $(or $(ENCODER_CONFIG),configs/training/querytyper_cpu.yaml) $(ARGS)
+
+.PHONY: train-summarizer
+train-summarizer: setup models data
+	$(PY) -m memdistill train summarizer --config $(or $(SUMMARIZER_CONFIG),configs/training/summarizer_cpu.yaml) $(ARGS)
+	$(PY) -m memdistill merge --config configs/training/merge_cpu.yaml run_dir=runs/summarizer-cpu \
+	  output_dir=runs/summarizer-cpu/merged
 
 merge: setup models
 	$(PY) -m memdistill merge --config $(MERGE_CONFIG) $(ARGS)

@@ -8,6 +8,7 @@ memdistill data --config configs/data/seed.yaml [key=value ...]
 memdistill data --config configs/data/teacher_vllm_qwen3.yaml   label with a teacher, then build
 memdistill train extractor --config configs/training/extractor_cpu.yaml [key=value ...]
 memdistill train router|planner|gate|consolidator|segmenter|querytyper --config configs/training/<task>_cpu.yaml
+memdistill train summarizer --config configs/training/summarizer_cpu.yaml
 memdistill merge --config configs/training/merge_cpu.yaml [key=value ...]
 memdistill eval --config configs/eval/extractor_cpu.yaml [key=value ...]
 memdistill eval-fidelity --config configs/eval/fidelity_cpu.yaml [key=value ...]
@@ -122,7 +123,7 @@ def _job(module: str, **kwargs):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memdistill.spec import ENCODERS, NAMES
+    from memdistill.spec import MODELS, NAMES, TRAINING_SETS
 
     p = argparse.ArgumentParser(prog="memdistill", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -196,16 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
         j.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
         j.set_defaults(func=func)
     train = sub.add_parser("train", help="train a compact model").add_subparsers(dest="model", required=True)
-    # one subcommand per trained set: the extractor's LoRA job (which trains the query parser too), and the
-    # encoder job for each encoder of the spec's table
-    for name, module in [("extractor", "memdistill.train.extractor")] + [
-        (n, "memdistill.train.encoder") for n in ENCODERS
-    ]:
+    # one subcommand per training set of the spec's table: the LM's LoRA job for an LM's set (the extractor's
+    # trains the query parser too), the encoder job for an encoder's
+    for name in TRAINING_SETS:
+        lm = MODELS[name].head == "lm"
         t = train.add_parser(name, help=f"train the {name}", add_help=False)
         t.add_argument("-h", "--help", action="store_true", help="list the job's settings")
         t.add_argument("--config")
         t.add_argument("overrides", nargs="*", help="key=value settings that override the YAML")
-        t.set_defaults(func=_job(module, task=name) if module == "memdistill.train.encoder" else _job(module))
+        t.set_defaults(func=_job("memdistill.train.extractor") if lm else _job("memdistill.train.encoder", task=name))
 
     c = sub.add_parser("check-seed", help="validate the gold seed corpus and print its statistics")
     c.add_argument("dir", nargs="?", default="data/seed")

@@ -182,7 +182,8 @@ def test_report_sets_planner_and_gate_on_and_off_side_by_side_under_both_fusions
     assert o[("dimmem_union", "default")]["kept_per_query"] > o[("rrf", "default")]["kept_per_query"]
     for summ in [x for v in vs.values() for x in [v["recall"]["overall"], *v["recall"]["by_category"].values()]]:
         rates = [k[: -len("_ci95")] for k in summ if k.endswith("_ci95")]
-        assert len(rates) == 2 * 3 + 2
+        expected = {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 5, 20)} | {"kept_recall", "kept_hit"}
+        assert set(rates) == expected | ({"answer_coverage"} & set(summ))
         for k in rates:
             assert summ[f"{k}_ci95"][0] <= summ[k] <= summ[f"{k}_ci95"][1]
     report = (out / "report.md").read_text()
@@ -195,6 +196,49 @@ def test_report_sets_planner_and_gate_on_and_off_side_by_side_under_both_fusions
     assert re.search(r"\| \d\.\d{3} \[\d\.\d{2}, \d\.\d{2}\] \|", row)  # R@1 with its interval
     tables = re.findall(r"(?:^\|.*\n)+", report, re.M)
     assert len(tables) >= 4 and all(len({t.count("|") for t in tab.splitlines()}) == 1 for tab in tables)
+
+
+def test_tree_rows_recall_a_banks_memory_tree_flat_and_hierarchically(tmp_path, monkeypatch):
+    """TiMem Table 3 / 4 rows over the gold bank's tree (nodes by the no-model lead writer): summaries hold no
+    evidence turns but cover answers; the planner's scope and the gate apply; Table 5's calls are counted."""
+    import memdistill.eval.e2e as e2e
+
+    monkeypatch.setattr(e2e, "build_hooks", lambda cfg: {"planner": lambda q: "simple", "gate": lambda q, c, x: [1]})
+    specs = [
+        "hierarchical L1-L5 hybrid",
+        "flat L1-L5 hybrid",
+        "hierarchical L1 planned+gate",
+        "flat L2-L5 complex",
+        "flat L1 hybrid@5",
+    ]
+    out = run(_cfg(tmp_path, variants=["question"], trees=specs, tree_writer="lead"))
+    res = json.loads((out / "results.json").read_text())
+    gold = res["results"]["gold"]
+    assert list(gold["trees"]) == specs and res["meta"]["tree_writer"] == "lead"
+    calls = gold["tree_calls"]
+    assert calls["conversations"] == 1 and calls["tree_calls"] == calls["l1_calls"] + calls["nodes"] > calls["l1_calls"]
+    o = {s: gold["trees"][s]["recall"]["overall"] for s in specs}
+    assert o["flat L2-L5 complex"]["recall@20"] == 0.0 and o["flat L2-L5 complex"]["answer_coverage"] > 0
+    assert o["hierarchical L1-L5 hybrid"]["recall@20"] > 0 and o["hierarchical L1 planned+gate"]["kept_per_query"] == 1
+    assert o["flat L1 hybrid@5"]["kept_per_query"] == 5 and o["flat L1-L5 hybrid"]["kept_per_query"] == 20
+    for summ in o.values():
+        assert summ["answer_coverage_ci95"][0] <= summ["answer_coverage"] <= summ["answer_coverage_ci95"][1]
+        assert 0 <= summ["recall_p50_s"] <= summ["recall_p95_s"]
+    per_q = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines() if '"tree"' in x]
+    assert {r["complexity"] for r in per_q if r["tree"].endswith("planned+gate")} == {"simple"}
+    assert len(per_q) == len(specs) * o[specs[0]]["questions"]
+    report = (out / "report.md").read_text()
+    assert "## Memory tree (TiMem Tables 3-6 layouts)" in report and "| gold | flat L2-L5 complex |" in report
+    with pytest.raises(ConfigError, match="expected '<recall> <levels> <scope>"):
+        run(_cfg(tmp_path, trees=["hierarchical L1 sometimes"], tree_writer="lead"))
+    with pytest.raises(ConfigError, match="needs the gate hook"):
+        monkeypatch.setattr(e2e, "build_hooks", lambda cfg: {})
+        run(_cfg(tmp_path, trees=["flat L1 simple+gate"], tree_writer="lead"))
+
+
+def test_gold_tree_nodes_must_cover_the_runs_conversations(tmp_path):
+    with pytest.raises(ConfigError, match="conversation_length=long"):
+        run(_cfg(tmp_path, conversation_length="short", trees=["flat L1-L5 simple"], tree_writer="gold"))
 
 
 def test_raw_turn_bank_holds_every_message_and_reports_no_token_cap(tmp_path, seed):

@@ -18,6 +18,18 @@ def _units(figures: dict) -> int:
     return next(figures[k] for k in ("n", "examples", "decisions") if k in figures)
 
 
+def test_sdk_takes_encoder_urls_by_name_or_mapping_and_refuses_names_outside_the_table():
+    from memdistill.serve.client import MemoryModels
+
+    by_name = MemoryModels(None, router_url="http://127.0.0.1:1/", gate_url=None)
+    by_map = MemoryModels(None, encoder_urls={"router": "http://127.0.0.1:1"})
+    assert by_name.encoder_urls == by_map.encoder_urls == {"router": "http://127.0.0.1:1"}
+    with pytest.raises(TypeError, match="routr_url"):
+        MemoryModels(None, routr_url="http://127.0.0.1:1")
+    with pytest.raises(TypeError, match="extractor"):
+        MemoryModels(None, encoder_urls={"extractor": "http://127.0.0.1:1"})
+
+
 @pytest.mark.parametrize("name", ENCODERS)
 def test_every_encoder_builds_trains_exports_serves_and_scores_from_its_record(name, tmp_path):
     from memdistill.core.encoder import Encoder

@@ -286,3 +286,21 @@ def test_second_reading_agreement_is_what_the_files_say():
          {"source_turn_id": "D1:2", "content": "Maya adopted a puppy named Biscuit."}]  # fmt: skip
     assert agreement.match(g, s) == [(g[1], s[0])]
     assert agreement.token_f1("a b c", "a b c") == 1.0 and agreement.token_f1("a", "b") == 0.0
+
+
+def test_the_tree_second_reading_weights_claims_and_names_unknown_nodes():
+    from memdistill.data.agreement import tree_check
+
+    seed = seedlib.load()
+    first, second = seed.tree[0], seed.tree[1]  # a session node, then its day
+    zero = {"wrong": 0, "unsupported": 0, "foreknowledge": 0, "omissions": 0}
+    rows = [
+        {**zero, "node_id": first["node_id"], "claims": 10, "supported": 9, "wrong": 1, "omissions": 1},
+        {**zero, "node_id": second["node_id"], "claims": 30, "supported": 30},
+    ]
+    out = tree_check(seed, rows)
+    assert out["overall"]["supported"]["rate"] == 0.975 and out["overall"]["wrong"]["rate"] == 0.025
+    assert out["by_level"]["L2"]["claims"] == 10 and out["by_level"]["L3"]["supported"]["rate"] == 1.0
+    assert out["overall"]["omissions_per_node"]["mean"] == 0.5
+    with pytest.raises(ValueError, match="not in tree.jsonl"):
+        tree_check(seed, [{**zero, "node_id": "nowhere-L2-S1", "claims": 1, "supported": 1}])

@@ -156,3 +156,25 @@ def test_slow_server_is_a_timeout_not_a_hang():
         for c in conns:
             c.close()
         sock.close()
+
+
+def test_summarize_through_the_sdk_equals_in_process_generation(server):
+    """A memory-tree node asked of the served LM through the SDK reads as the same node generated in process
+    from the same messages (greedy, unconstrained), and parses without raising."""
+    from datetime import datetime
+
+    from memdistill.eval.generate import HFGenerator
+    from memdistill.spec import summarizer
+
+    win = summarizer.windows([("S2", datetime(2023, 5, 8, 19), datetime(2023, 5, 8, 19, 30))])[0]
+    req = summarizer.request(
+        win,
+        [(datetime(2023, 5, 8, 19, 5), "Maya adopted a puppy named Biscuit."), (datetime(2023, 5, 8, 19, 9),
+         "Tom starts a new job at the bakery on 2023-05-15.")],
+        [("S1", "Maya and Tom planned a hike.")],
+        ["Maya", "Tom"],
+    )  # fmt: skip
+    mm = MemoryModels(f"{server.urls[0]}/v1", timeout=300, structured=False)
+    served = mm.summarize(req, max_tokens=24)
+    local = HFGenerator(server.model)([summarizer.chat_messages(req)], max_new_tokens=24)[0]
+    assert served.text and served.text == summarizer.parse(local.text, 2, req["people"]).text

@@ -10,7 +10,11 @@ for a sample of sessions, evidence.jsonl the turns they found holding each quest
   matched gold / gold, F1; on matched pairs, how often memory_type and time agree;
 - questions' evidence: per question, F1 of the two turn sets (both empty = 1: both call it unanswerable), and
   the share of questions with identical sets.
-Every rate carries a 95% bootstrap interval over its units (turns, sessions, questions).
+- memory-tree nodes (tree_check.jsonl): the second reader split a sample of nodes into atomic claims and checked
+  each against the window's turns; per level and overall, the share of claims supported, wrong, unsupported or
+  foreknowledge (from a later session), the unsupported ones that are true but come from outside the node's
+  window, and omissions per node.
+Every rate carries a 95% bootstrap interval over its units (turns, sessions, questions; claims by node).
 """
 
 from __future__ import annotations
@@ -128,13 +132,44 @@ def evidence_agreement(seed: seedlib.Seed, second: list[dict]) -> dict:
     }
 
 
+CLAIMS = ("supported", "wrong", "unsupported", "foreknowledge")
+
+
+def tree_check(seed: seedlib.Seed, rows: list[dict]) -> dict:
+    """Claim shares over the checked nodes, resampled by node (a node's claims stay together)."""
+    level = {r["node_id"]: r["level"] for r in seed.tree}
+    unknown = [r["node_id"] for r in rows if r["node_id"] not in level]
+    if unknown:
+        raise ValueError(f"tree_check.jsonl: nodes not in tree.jsonl: {unknown[:5]}")
+
+    def shares(group: list[dict]) -> dict:
+        out = {"nodes": len(group), "claims": sum(r["claims"] for r in group)}
+        # out_of_window_true: unsupported claims the reader found true but taken from outside the node's window
+        for k in (*CLAIMS, "out_of_window_true"):
+
+            def stat(idx, k=k):
+                return sum(group[i].get(k, 0) for i in idx) / max(1, sum(group[i]["claims"] for i in idx))
+
+            out[k] = {"rate": round(stat(range(len(group))), 4), "ci95": bootstrap_ci(stat, len(group))}
+        out["omissions_per_node"] = mean_ci([float(r["omissions"]) for r in group])
+        return out
+
+    by_level = {
+        f"L{lvl}": shares([r for r in rows if level[r["node_id"]] == lvl]) for lvl in sorted(set(level.values()))
+    }
+    return {"overall": shares(rows), "by_level": {k: v for k, v in by_level.items() if v["nodes"]}}
+
+
 def report(seed_dir: Path, second_dir: Path) -> dict:
     seed = seedlib.load(seed_dir)
-    return {
+    out = {
         "records": records_agreement(seed, load_jsonl(second_dir / "records.jsonl")),
         "evidence": evidence_agreement(seed, load_jsonl(second_dir / "evidence.jsonl")),
         "match_token_f1": MATCH_F1,
     }
+    if (second_dir / "tree_check.jsonl").exists():
+        out["tree"] = tree_check(seed, load_jsonl(second_dir / "tree_check.jsonl"))
+    return out
 
 
 def main(argv=None) -> int:

@@ -53,7 +53,16 @@ from memdistill.core.io import read_jsonl, write_jsonl
 from memdistill.core.report import md_table
 from memdistill.data import seed as seedlib
 from memdistill.data.config import DataConfig
-from memdistill.spec import MODELS, SCHEMA_VERSION, TRAINING_SETS, consolidator, extractor, router, segmenter
+from memdistill.spec import (
+    MODELS,
+    SCHEMA_VERSION,
+    TRAINING_SETS,
+    consolidator,
+    extractor,
+    router,
+    segmenter,
+    summarizer,
+)
 from memdistill.spec import model as spec_model
 from memdistill.spec.compact import CompactModel
 from memdistill.spec.dialogue import Window, message_text, windows
@@ -184,6 +193,32 @@ def _gold_utterances(seed: seedlib.Seed, split: str, cfg: DataConfig):
             yield inp, {"change": change}, meta
 
 
+def _gold_nodes(seed: seedlib.Seed, split: str, cfg: DataConfig):
+    """Every gold memory-tree node of the split, its input built from the gold corpus the way the runtime
+    builds it from a bank (memdistill.runtime.tree): a session's children are its gold records, a day's its
+    gold sessions, and so on up; history is the three previous gold nodes of the level."""
+    gold = {r["node_id"]: r for r in seed.tree}
+    for cid in dict.fromkeys(r["conversation_id"] for r in seed.tree):
+        conv = seed.conversations[cid]
+        if seed.split[cid] != split:
+            continue
+        at = {t.turn_id: (s.session_id, t.timestamp) for s in conv.sessions for t in s.turns}
+        # level -> what is written there, in closing order: (sessions, time, text, period)
+        written = {1: [((at[m["source_turn_id"]][0],), at[m["source_turn_id"]][1], m["content"], m["memory_id"])
+                       for m in seed.memories_of(cid)]}  # fmt: skip
+        for w in summarizer.conversation_windows(conv):
+            children = [(t, x) for ss, t, x, _ in written[w.level - 1] if set(ss) <= set(w.sessions)]
+            if not children:  # the runtime writes no node over nothing
+                continue
+            row = gold[f"{cid}-{w.node_id}"]
+            history = [(p, x) for _, _, x, p in written.get(w.level, [])[-summarizer.HISTORY :]]
+            inp = summarizer.request(w, children, history, summarizer.people(conv))
+            label = summarizer.gold_label(row)
+            text = summarizer.profile_text(label["profiles"]) if w.level == 5 else label["summary"]
+            written.setdefault(w.level, []).append((w.sessions, max(t for t, _ in children), text, w.name))
+            yield inp, row, {"node_id": row["node_id"], "conversation_id": cid}
+
+
 _GOLD_UNITS = {
     "window": _gold_windows,
     "question": _gold_questions,
@@ -191,6 +226,7 @@ _GOLD_UNITS = {
     "gate": _gold_gate,
     "pair": _gold_pairs,
     "utterance": _gold_utterances,
+    "node": _gold_nodes,
 }
 
 
@@ -385,6 +421,7 @@ _UNIT_TEXTS = {
     "gate": lambda inp: [inp["question"]],
     "pair": lambda inp: [inp["new"]["content"], inp["existing"]["content"]],
     "utterance": lambda inp: [inp["target"].split(": ", 1)[-1]],
+    "node": lambda inp: [c["text"] for c in inp["children"]],
 }
 # a teacher item's own metadata on its rows, per unit (the gold path's ids for the same fields)
 _UNIT_META = {
@@ -394,6 +431,7 @@ _UNIT_META = {
     "gate": lambda rec: {"gate_id": rec["item_id"], "complexity": rec["input"]["complexity"]},
     "pair": lambda rec: {"pair_id": rec["item_id"], "origin": "teacher"},
     "utterance": lambda rec: {k: rec["input"][k] for k in ("turn_id", "session_id")},
+    "node": lambda rec: {"node_id": rec["item_id"]},
 }
 
 

@@ -624,6 +624,8 @@ def check_jobs(jobs: list) -> list[str]:
     if unknown:
         raise ConfigError(f"jobs: unknown job(s) {unknown}; expected some of {', '.join(NAMES)}")
     for j in jobs:
+        if MODELS[j].unit not in UNIT_ITEMS:
+            raise ConfigError(f"jobs: {j} has no teacher items yet (its gold rows come from data/seed only)")
         if missing := [a for a in MODELS[j].after if a not in jobs]:
             raise ConfigError(f"jobs: {j} needs {' and '.join(missing)} (its items are built from their labels)")
     return [j for j in NAMES if j in jobs]

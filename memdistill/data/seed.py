@@ -5,6 +5,9 @@
   python -m memdistill.data.seed check-pairs FILE...   validate consolidation pairs written apart (a helper's part)
   python -m memdistill.data.seed check-part DIR...     validate a part written apart: a folder of the same files
                                                        for one or more conversations (no corpus minimums)
+  python -m memdistill.data.seed check-tree FILE...    validate memory-tree nodes written apart against the corpus
+  python -m memdistill.data.seed tree-plan DIR CONV...  the memory-tree nodes a conversation needs (tree.jsonl rows
+                                                       to write: node id, level, window, interval, sessions)
   python -m memdistill.data.seed merge-parts DIR...    append valid parts to the corpus (their plans go to plans/),
                                                        rebuild gate.jsonl, validate the whole corpus
 
@@ -28,7 +31,7 @@ from pydantic import ValidationError
 from memdistill.core.io import append_jsonl, load_jsonl, write_jsonl
 from memdistill.core.models import REPO
 from memdistill.data.sources import SourceError, load_seed
-from memdistill.spec import consolidator, planner, router
+from memdistill.spec import consolidator, planner, router, summarizer
 from memdistill.spec.dialogue import Conversation, Window, parse_timestamp
 from memdistill.spec.extractor import Dimension, records_for_window, time_bounds, time_problem
 from memdistill.spec.gate import BUDGETS
@@ -94,6 +97,7 @@ class Seed:
     segments: list[dict] = field(default_factory=list)  # segments.jsonl: one row per session
     # segments_second.jsonl: a blind second labelling of whole conversations, for agreement only (never trained on)
     segments_second: list[dict] = field(default_factory=list)
+    tree: list[dict] = field(default_factory=list)  # tree.jsonl: TiMem memory-tree nodes of levels 2-5
 
     def split_of(self, row: dict) -> str:
         return row.get("split") or self.split[row["conversation_id"]]
@@ -137,6 +141,7 @@ FILES = {  # Seed field -> file
     "pairs": "consolidation.jsonl",
     "segments": "segments.jsonl",
     "segments_second": "segments_second.jsonl",
+    "tree": "tree.jsonl",
 }
 
 
@@ -198,6 +203,7 @@ def check(seed_dir=SEED_DIR, minimums: bool = True) -> Report:
     check_segments(seed, seed.segments, "segments.jsonl", rep, complete=minimums)
     check_segments(seed, seed.segments_second, "segments_second.jsonl", rep, complete=False)
     _check_whole_conversations(seed, seed.segments_second, "segments_second.jsonl", rep)
+    check_tree(seed, seed.tree, "tree.jsonl", rep)
     _check_splits(seed, rep, minimums)
     _stats(seed, rep)
     if minimums:
@@ -550,6 +556,77 @@ def _check_whole_conversations(seed: Seed, rows: list[dict], file: str, rep: Rep
             rep.errors.append(f"{file}: {cid} has no row for session(s) {', '.join(missing)}")
 
 
+def tree_windows(conv: Conversation) -> dict[str, summarizer.Window]:
+    """The nodes a conversation's tree has above its leaves, by gold node id."""
+    return {f"{conv.conversation_id}-{w.node_id}": w for w in summarizer.conversation_windows(conv)}
+
+
+def _check_node(row: dict, conv: Conversation, where: str, rep: Report):
+    level = row.get("level")
+    if level == 5:
+        people = summarizer.people(conv)
+        profiles = row.get("profiles")
+        named = [p.get("person") for p in profiles] if isinstance(profiles, list) else None
+        if named is None or sorted(named) != sorted(people):
+            rep.errors.append(f"{where}: profiles must be one per person of {people}, got {named}")
+            return
+        for p in profiles:
+            bad = [f for f in summarizer.PROFILE_FIELDS if not isinstance(p.get(f), list)]
+            bad += [
+                f
+                for f in summarizer.PROFILE_FIELDS
+                if any(not isinstance(x, str) or not x.strip() for x in p.get(f) or [])
+            ]
+            if bad or not (p.get("identity") or p.get("events")):
+                rep.errors.append(
+                    f"{where}: {p.get('person')}: fields {sorted(set(bad))} must be lists of text "
+                    "and identity or events non-empty"
+                )
+        return
+    lo, hi = summarizer.WORDS[level]
+    n = summarizer.words(str(row.get("summary") or ""))
+    if not lo <= n <= hi:
+        rep.errors.append(f"{where}: summary has {n} words, {lo}-{hi} expected for level {level}")
+
+
+def check_tree(seed: Seed, rows: list[dict], file: str, rep: Report):
+    """Every node names a window its conversation has, once; a conversation the file names has every node."""
+    seen: dict[str, set] = defaultdict(set)
+    for i, row in enumerate(rows, 1):
+        where = f"{file}:{i} ({row.get('node_id')})"
+        conv = seed.conversations.get(row.get("conversation_id"))
+        if conv is None:
+            rep.errors.append(f"{where}: unknown conversation {row.get('conversation_id')!r}")
+            continue
+        win = tree_windows(conv).get(row.get("node_id"))
+        if win is None or row.get("level") != win.level or row.get("period") != win.name:
+            rep.errors.append(f"{where}: not a node of {conv.conversation_id} (see tree-plan) or level/period differ")
+            continue
+        if row["node_id"] in seen[conv.conversation_id]:
+            rep.errors.append(f"{where}: node written twice")
+        seen[conv.conversation_id].add(row["node_id"])
+        _check_node(row, conv, where, rep)
+    for cid, have in seen.items():
+        missing = sorted(set(tree_windows(seed.conversations[cid])) - have)
+        if missing:
+            rep.errors.append(f"{file}: {cid} lacks {len(missing)} node(s): {', '.join(missing[:6])}")
+
+
+def tree_plan(seed: Seed, cid: str) -> list[dict]:
+    return [
+        {
+            "node_id": nid,
+            "conversation_id": cid,
+            "level": w.level,
+            "period": w.name,
+            "start": w.start.isoformat(),
+            "end": w.end.isoformat(),
+            "sessions": list(w.sessions),
+        }
+        for nid, w in tree_windows(seed.conversations[cid]).items()
+    ]
+
+
 def _check_splits(seed: Seed, rep: Report, minimums: bool = True):
     n = len(seed.conversations)
     n_test = sum(1 for s in seed.split.values() if s == "test")
@@ -595,6 +672,10 @@ def _stats(seed: Seed, rep: Report):
             row("questions", lambda s: len(seed.rows("questions", s))),
             row("gate", lambda s: len(seed.rows("gate", s))),
             row("consolidation pairs", lambda s: len(seed.rows("pairs", s))),
+            *[
+                row(f"tree nodes L{lvl}", lambda s, lvl=lvl: sum(r.get("level") == lvl for r in seed.rows("tree", s)))
+                for lvl in summarizer.SUMMARY_LEVELS
+            ],
         ],
     )
 
@@ -756,6 +837,20 @@ if __name__ == "__main__":
         for d, rep in reports.items():
             print(f"# {d}\n{rep.render()}")
         sys.exit(0 if all(r.ok for r in reports.values()) else 1)
+    if len(sys.argv) >= 3 and sys.argv[1] == "check-tree":
+        seed, rep = load(SEED_DIR), Report()
+        for f in sys.argv[2:]:
+            rows = load_jsonl(Path(f), SourceError)
+            check_tree(seed, rows, f, rep)
+            if not rows:
+                rep.errors.append(f"{f}: no nodes")
+        print("\n".join(rep.errors) or "tree nodes valid")
+        sys.exit(1 if rep.errors else 0)
+    if len(sys.argv) >= 4 and sys.argv[1] == "tree-plan":
+        seed = load(sys.argv[2])
+        for cid in sys.argv[3:]:
+            print("".join(json.dumps(r) + "\n" for r in tree_plan(seed, cid)), end="")
+        sys.exit(0)
     if len(sys.argv) >= 2 and sys.argv[1] == "gate":
         d = Path(sys.argv[2]) if len(sys.argv) > 2 else SEED_DIR
         rows = build_gate(load(d))

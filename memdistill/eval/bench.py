@@ -151,45 +151,20 @@ def _bench_model(serve_config: str) -> str:
     return resolve_extractor(load_config(ServeConfig, REPO / serve_config, []))
 
 
-def bench_serving(
-    requests: int = 48,
-    concurrency: int = 16,
-    serve_config: str = "configs/serving/cpu.yaml",
-    eval_config: str = "configs/eval/extractor_cpu.yaml",
-    layouts: dict | None = None,
-) -> list[dict]:
-    """The served extractor (the trained model when there is one) on the first `requests` test windows cut
-    with its training windows, greedy, with the evaluation's token cap: vLLM as configured, unconstrained
-    and with the window's decoding schema (what the SDK sends), vLLM in the other process layouts, and HF
-    `generate` batched `concurrency` at a time (unconstrained) in process on the same model."""
-    import statistics
+def _vllm_rows(model: str, serve_config: str, ecfg, wins, prompt: str, layouts: dict, concurrency: int) -> list[dict]:
+    """One row per process layout (the shipped one also under the window schema, as the SDK sends it)."""
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from memdistill.core.config import load_config
-    from memdistill.core.models import trained_prompt, trained_windows
-    from memdistill.eval.extractor import EvalConfig, test_items
-    from memdistill.eval.generate import HFGenerator, private_serve_config
+    from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
     from memdistill.serve.server import Servers
     from memdistill.spec import extractor
-    from memdistill.spec.dialogue import first_windows
-    from memdistill.spec.render import prompt_ids
 
-    model = _bench_model(serve_config)
-    ecfg = load_config(EvalConfig, REPO / eval_config, [f"max_windows={requests}"])
-    if trained := trained_windows(model):
-        ecfg.windows = first_windows(trained)
-    prompt = trained_prompt(model)
-    seed, wins, _ = test_items(ecfg)
-    cap = ecfg.max_new_tokens
-    shipped = f"shipped ({serve_config})"
-    layouts = {shipped: [], **(SERVING_LAYOUTS if layouts is None else layouts)}
-    rows = []
+    cap, shipped, rows = ecfg.max_new_tokens, next(iter(layouts)), []
     for layout, over in layouts.items():
         cfg = private_serve_config(serve_config, model, max_model_len=ecfg.max_model_len, overrides=over)
         with Servers(cfg, log_dir=tempfile.mkdtemp(prefix="bench-vllm-")) as servers:
-            # the shipped layout also runs under the window schema, as the SDK sends it
             for structured in (False, True) if layout == shipped else (False,):
                 mm = MemoryModels(
                     f"{servers.urls[0]}/v1", max_tokens=cap, timeout=1800, max_retries=0, structured=structured
@@ -224,6 +199,39 @@ def bench_serving(
                         "output_tokens": out_tokens,
                     }
                 )
+    return rows
+
+
+def bench_serving(
+    requests: int = 48,
+    concurrency: int = 16,
+    serve_config: str = "configs/serving/cpu.yaml",
+    eval_config: str = "configs/eval/extractor_cpu.yaml",
+    layouts: dict | None = None,
+) -> list[dict]:
+    """The served extractor (the trained model when there is one) on the first `requests` test windows cut
+    with its training windows, greedy, with the evaluation's token cap: vLLM as configured, unconstrained
+    and with the window's decoding schema (what the SDK sends), vLLM in the other process layouts, and HF
+    `generate` batched `concurrency` at a time (unconstrained) in process on the same model."""
+    import statistics
+
+    from memdistill.core.config import load_config
+    from memdistill.core.models import trained_prompt, trained_windows
+    from memdistill.eval.extractor import EvalConfig, test_items
+    from memdistill.eval.generate import HFGenerator
+    from memdistill.spec import extractor
+    from memdistill.spec.dialogue import first_windows
+    from memdistill.spec.render import prompt_ids
+
+    model = _bench_model(serve_config)
+    ecfg = load_config(EvalConfig, REPO / eval_config, [f"max_windows={requests}"])
+    if trained := trained_windows(model):
+        ecfg.windows = first_windows(trained)
+    prompt = trained_prompt(model)
+    seed, wins, _ = test_items(ecfg)
+    cap = ecfg.max_new_tokens
+    layouts = {f"shipped ({serve_config})": [], **(SERVING_LAYOUTS if layouts is None else layouts)}
+    rows = _vllm_rows(model, serve_config, ecfg, wins, prompt, layouts, concurrency)
     gen = HFGenerator(model)
     t0 = time.time()
     outs = gen([extractor.chat_messages(w, prompt) for w in wins], max_new_tokens=cap, batch_size=concurrency)
@@ -335,96 +343,73 @@ def bench_teacher(n_windows: int = 128, latency: float = 0.2, levels=(1, 4, 16, 
     ]
 
 
+def _per_decision(fn, items: list, batch: int, rounds: int) -> float:
+    """Seconds per decision over `rounds` passes of `items`, handed to `fn` in groups of `batch`."""
+    t0 = time.time()
+    for _ in range(rounds):
+        for i in range(0, len(items), batch):
+            fn(items[i : i + batch])
+    return (time.time() - t0) / (rounds * len(items))
+
+
 def bench_encoders(n: int = 32, rounds: int = 2, serve_config: str = "configs/serving/cpu.yaml") -> list[dict]:
+    """Every exported encoder served on /classify against the served LM answering the same test rows zero-shot
+    (the spec's baseline, the SDK's chat), milliseconds per decision at batch 1 and 32."""
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     from memdistill.eval.generate import private_serve_config
     from memdistill.serve.client import MemoryModels
-    from memdistill.serve.server import ENCODERS, Servers, free_port
-    from memdistill.spec.planner import complexity_of
+    from memdistill.serve.server import Servers, free_port
+    from memdistill.spec import ENCODERS, MODELS
 
-    cfg = private_serve_config(serve_config, overrides=["gate=null"])
-    missing = [name for name in ("router", "planner") if not (Path(getattr(cfg, name)) / "config.json").exists()]
-    if missing:  # reported, not faked: the other sections still run
-        return [
-            {
-                "section": "encoders",
-                "variant": f"not measured: no trained {' / '.join(missing)} "
-                f"(make {' '.join('train-' + m for m in missing)})",
-            }
-        ]
-    rows_of = lambda t: [json.loads(x) for x in (REPO / f"data/built/{t}/test.jsonl").read_text().splitlines()]  # noqa: E731
-    texts = {t: ([r["text"] for r in rows_of(t)] * 2)[:n] for t in ("router", "planner")}
-    tasks = ["router", "planner"]
-    if cfg.consolidator and (Path(cfg.consolidator) / "config.json").exists():
-        tasks.append("consolidator")
-        texts["consolidator"] = ([(r["new"], r["existing"]) for r in rows_of("consolidator")] * 2)[:n]
-
-    def timed(fn, batch: int) -> float:
-        """Seconds per decision over `rounds` passes of n decisions, in groups of `batch`."""
-        t0 = time.time()
-        for _ in range(rounds):
-            for i in range(0, n, batch):
-                fn(i, batch)
-        return (time.time() - t0) / (rounds * n)
-
+    cfg = private_serve_config(serve_config)
+    names = [n for n in ENCODERS if MODELS[n].endpoint == "/classify" and MODELS[n].zero_shot]
+    have = [n for n in names if getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()]
+    if not have:  # reported, not faked: the other sections still run
+        return [{"section": "encoders", "variant": f"not measured: no trained {' / '.join(names)} (make train-<name>)"}]
+    rows = {}
+    for name in have:  # the first n test rows (repeated when fewer)
+        built = (REPO / f"data/built/{MODELS[name].built}/test.jsonl").read_text().splitlines()
+        rows[name] = ([json.loads(x) for x in built] * n)[:n]
     per: dict = {}
-    enc_cfg = private_serve_config(
-        serve_config, overrides=["serve_extractor=false", "gate=null", f"encoder_port={free_port(span=len(ENCODERS))}"]
-    )
+    port = f"encoder_port={free_port(span=len(ENCODERS))}"
+    skip = [f"{x}=null" for x in ENCODERS if x not in have]
+    enc_cfg = private_serve_config(serve_config, overrides=["serve_extractor=false", port, *skip])
     with Servers(enc_cfg, log_dir=tempfile.mkdtemp(prefix="bench-enc-"), encoders=True) as servers:
-        mm = MemoryModels(
-            None,
-            router_url=servers.encoder_urls["router"],
-            planner_url=servers.encoder_urls["planner"],
-            consolidator_url=servers.encoder_urls.get("consolidator"),
-            timeout=600,
-            max_retries=0,
-        )
-        mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
-        for b in (1, 32):
-            per["router", "encoder", b] = timed(lambda i, b: mm.classify_types(texts["router"][i : i + b]), b)
-            per["planner", "encoder", b] = timed(
-                lambda i, b: [complexity_of(p) for p in mm.classify("planner", texts["planner"][i : i + b])], b
-            )
-            if "consolidator" in tasks:
-                per["consolidator", "encoder", b] = timed(
-                    lambda i, b: mm.consolidate_pairs(texts["consolidator"][i : i + b]), b
-                )
-    lm_cfg = private_serve_config(serve_config)
-    with Servers(lm_cfg, log_dir=tempfile.mkdtemp(prefix="bench-lm-")) as servers:
-        mm = MemoryModels(f"{servers.urls[0]}/v1", timeout=600, max_retries=0, max_concurrency=32)
-        mm.classify_types(texts["router"][:2]), mm.plan(texts["planner"][0])  # warm-up
-        model = servers.model
-        with ThreadPoolExecutor(32) as pool:
+        mm = MemoryModels(None, encoder_urls=servers.encoder_urls, timeout=600, max_retries=0)
+        for name in have:
+            m = MODELS[name]
+
+            def served(batch, m=m):
+                return [m.decide(p) for p in mm.classify(m.name, [m.inputs(r)[0] for r in batch])]
+
+            served(rows[name][:2])  # warm-up
             for b in (1, 32):
-                per["router", "LM", b] = timed(lambda i, b: mm.classify_types(texts["router"][i : i + b]), b)
-                per["planner", "LM", b] = timed(lambda i, b: list(pool.map(mm.plan, texts["planner"][i : i + b])), b)
-                if "consolidator" in tasks:  # the SDK sends the pairs concurrently (max_concurrency 32)
-                    per["consolidator", "LM", b] = timed(
-                        lambda i, b: mm.consolidate_pairs(texts["consolidator"][i : i + b]), b
-                    )
-    rows = []
-    for task in tasks:
+                per[name, "encoder", b] = _per_decision(served, rows[name], b, rounds)
+    with Servers(private_serve_config(serve_config), log_dir=tempfile.mkdtemp(prefix="bench-lm-")) as servers:
+        mm = MemoryModels(f"{servers.urls[0]}/v1", timeout=600, max_retries=0, max_concurrency=32)
+        lm = Path(servers.model).name
+        with ThreadPoolExecutor(32) as pool:
+            for name in have:
+                m = MODELS[name]
+
+                def asked(batch, m=m):
+                    return list(pool.map(lambda r: m.zero_shot(lambda *a: mm.chat(*a)[0], r), batch))
+
+                asked(rows[name][:2])  # warm-up
+                for b in (1, 32):
+                    per[name, "LM", b] = _per_decision(asked, rows[name], b, rounds)
+    out = []
+    for name in have:
         for b in (1, 32):
-            e, lm = per[task, "encoder", b], per[task, "LM", b]
-            rows.append(
-                {
-                    "section": "encoders",
-                    "variant": f"{task}, batch {b}: /classify",
-                    "ms_per_decision": round(1000 * e, 2),
-                }
-            )
-            rows.append(
-                {
-                    "section": "encoders",
-                    "variant": f"{task}, batch {b}: LM chat ({Path(model).name})",
-                    "ms_per_decision": round(1000 * lm, 2),
-                }
-            )
-            rows.append(ratio("encoders", f"{task}, batch {b}: LM / encoder (ms per decision)", lm / e))
-    return rows
+            e, chat = per[name, "encoder", b], per[name, "LM", b]
+            out.append({"section": "encoders", "variant": f"{name}, batch {b}: /classify",
+                        "ms_per_decision": round(1000 * e, 2)})  # fmt: skip
+            out.append({"section": "encoders", "variant": f"{name}, batch {b}: LM chat ({lm})",
+                        "ms_per_decision": round(1000 * chat, 2)})  # fmt: skip
+            out.append(ratio("encoders", f"{name}, batch {b}: LM / encoder (ms per decision)", chat / e))
+    return out
 
 
 SECTIONS = {"training": bench_training, "serving": bench_serving, "teacher": bench_teacher, "encoders": bench_encoders}

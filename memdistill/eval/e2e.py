@@ -123,6 +123,11 @@ class E2EConfig:
     qa: dict | None = None
     judge: dict | None = None
     qa_variants: list | None = None  # which variants to answer (None: all)
+    # TiMem's memory tree over each bank (memdistill.eval.tree): rows "<recall> <levels> <scope>[+gate]", e.g.
+    # "hierarchical L1-L5 planned+gate", "flat L1 hybrid"; nodes written by tree_writer: gold | lead | a URL
+    trees: list = field(default_factory=list)
+    tree_writer: str = "gold"
+    tree_writer_model: str = "memdistill-summarizer"  # the served name behind a tree_writer URL
     output_dir: str = "runs/eval-e2e"
     run_dir: str | None = None  # resume this run directory
 
@@ -516,6 +521,9 @@ def with_intervals(scores: RecallScores) -> dict:
         for rate in rates:
             vals = [float(r[rate]) for r in ev]
             summ[f"{rate}_ci95"] = bootstrap_ci(lambda idx, v=vals: sum(v[i] for i in idx) / len(idx), len(vals))
+        cov = [r["answer_coverage"] for r in ev if r.get("answer_coverage") is not None]
+        if cov:
+            summ["answer_coverage_ci95"] = bootstrap_ci(lambda idx, v=cov: sum(v[i] for i in idx) / len(idx), len(cov))
     return out
 
 
@@ -566,12 +574,14 @@ def _questions(cfg: E2EConfig):
 def recall_one(mrt, scores: RecallScores, q, query, route: bool, cfg: E2EConfig, count) -> tuple[dict, str]:
     """One question recalled through one runtime: its per-question row (scored into `scores`) and the memory
     context the answer model would read."""
+    t0 = time.perf_counter()
     rec = mrt.recall(q.question, q.conversation_id, query, route, cfg.gate_complexity)
+    seconds = time.perf_counter() - t0
     replies = cfg.assistant_context and bool(query and query.need_assistant_context)
     context = mrt.context(rec.kept, replies)
     # nothing recalled costs nothing (the "(no memories recalled)" placeholder is not memory)
     tokens_at = {k: count(mrt.context(rec.hits[:k], replies)) if rec.hits else 0 for k in cfg.ks}
-    row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0)
+    row = scores.add(q, rec, tokens_at, count(context) if rec.kept else 0, context if rec.kept else "", seconds)
     return {
         **row,
         "ranked_turns": [h.item.turn_id for h in rec.hits[: max(cfg.ks)]],
@@ -606,7 +616,79 @@ def _meta(cfg: E2EConfig, questions: int, convs: int, counter: str, hooks, modes
         "qa": {k: v for k, v in (cfg.qa or {}).items() if k != "api_key_env"} or None,
         "judge": {k: v for k, v in (cfg.judge or {}).items() if k != "api_key_env"} or None,
         "qa_baseline": qa_baseline,
+        "trees": cfg.trees,
+        "tree_writer": cfg.tree_writer if cfg.trees else None,
     }
+
+
+@dataclass
+class _Job:
+    """What every bank of one run is recalled with, and where its rows go."""
+
+    cfg: E2EConfig
+    questions: list
+    embed: object
+    count: object
+    hooks: dict
+    modes: list
+    skipped: list
+    qa_mm: object
+    judge_mm: object
+    qa_done: dict
+    run_dir: Path
+    per_question: list = field(default_factory=list)
+
+
+def _recall_bank(job: _Job, label: str, rt, model_queries) -> dict:
+    """Every query variant x fusion x recall mode over one bank: its recall figures (and QA when configured)."""
+    cfg, questions, out = job.cfg, job.questions, {}
+    for variant in cfg.variants:
+        source, route = VARIANTS[variant]
+        if source == "gold" and not any(q.query for q in questions):
+            job.skipped.append(f"{label} / {variant}: the dataset has no gold query analysis")
+            continue
+        if source == "model" and model_queries is None:
+            job.skipped.append(f"{label} / {variant}: no query parser for this bank (set query_url)")
+            continue
+        job.embed(
+            [x.query_anchor if (x := _query_for(q, source, model_queries)) else q.question for q in questions]
+        )  # one batch fills the embedding cache
+        for fusion in cfg.fusions:
+            for mode in job.modes:
+                name, mrt = row_name(variant, fusion, mode), mode_runtime(rt, job.hooks, fusion, mode, cfg.budget)
+                scores, items = RecallScores(cfg.ks), []
+                for q in tqdm(questions, desc=f"recall {label} / {name}", unit="q", leave=False):
+                    row, context = recall_one(
+                        mrt, scores, q, _query_for(q, source, model_queries), route, cfg, job.count
+                    )
+                    where = {"bank": label, "variant": name, "query": variant, "fusion": fusion, "recall_mode": mode}
+                    job.per_question.append(where | row)
+                    if job.qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
+                        items.append((label, name, q, context))
+                entry = {"query": variant, "fusion": fusion, "recall_mode": mode, "recall": with_intervals(scores)}
+                out[name] = entry
+                if items:
+                    qa_file = job.run_dir / "qa.jsonl"
+                    answer_and_judge(job.qa_mm, job.judge_mm, items, job.qa_done, qa_file, job.qa_mm.concurrency)
+                    entry["qa"] = qa_summary([job.qa_done[(label, name, q.question_id)] for _, _, q, _ in items])
+    return out
+
+
+def _recall_tree(job: _Job, label: str, bank, convs: dict, write) -> dict:
+    """The bank's memory tree (resumable, under trees/) and every configured tree row over it."""
+    from memdistill.eval import tree as tree_rows
+
+    log = job.run_dir / "trees" / f"{_slug(label)}.jsonl"
+    tree, calls = tree_rows.build_tree(bank, convs, write, log, job.cfg.concurrency)
+    out = {}
+    for spec in job.cfg.trees:
+        trec = tree_rows.recall_for(tree, tree_rows.parse_row(spec), job.embed, job.hooks, job.cfg.top_k)
+        scores = RecallScores(job.cfg.ks)
+        for q in tqdm(job.questions, desc=f"tree {label} / {spec}", unit="q", leave=False):
+            row, _ = recall_one(trec, scores, q, None, False, job.cfg, job.count)
+            job.per_question.append({"bank": label, "variant": f"tree {spec}", "tree": spec} | row)
+        out[spec] = {"tree": spec, "recall": with_intervals(scores)}
+    return {"tree_calls": calls, "trees": out}
 
 
 def run(cfg: E2EConfig) -> Path:
@@ -616,7 +698,7 @@ def run(cfg: E2EConfig) -> Path:
     convs, questions, notes, seed = _questions(cfg)
 
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.output_dir)
-    for sub in ("banks", "queries"):
+    for sub in ("banks", "queries", "trees"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     check_resume(run_dir, cfg)
     print(
@@ -637,9 +719,15 @@ def run(cfg: E2EConfig) -> Path:
 
         query_mm = MemoryModels(cfg.query_url, api_key=env_key(cfg.api_key_env, "api_key_env"))
 
+    if cfg.trees:
+        from memdistill.eval import tree as tree_rows
+
+        tree_rows.check_rows(cfg.trees, hooks)
+        write = tree_rows.writer_for(cfg, seed, convs)
     wants_model = any(VARIANTS[v][0] == "model" for v in cfg.variants)
     qa_done = {(r["bank"], r["variant"], r["question_id"]): r for r in _jsonl(run_dir / "qa.jsonl")}
-    results, per_question = {}, []
+    job = _Job(cfg, questions, embed, count, hooks, modes, skipped, qa_mm, judge_mm, qa_done, run_dir)
+    results = {}
     for spec, label in zip(cfg.banks, labels):
         kind = bank_kind(spec)
         if kind == "model" and not _model_available(spec):
@@ -657,36 +745,9 @@ def run(cfg: E2EConfig) -> Path:
             bank, embed, cfg.top_k, cfg.rrf_k, cfg.dim_weight, budget=cfg.budget, conversations=convs,
             router=hooks.get("router"),
         )  # fmt: skip
-        results[label] = {"bank": spec, "stats": stats, "variants": {}}
-        for variant in cfg.variants:
-            source, route = VARIANTS[variant]
-            if source == "gold" and not any(q.query for q in questions):
-                skipped.append(f"{label} / {variant}: the dataset has no gold query analysis")
-                continue
-            if source == "model" and model_queries is None:
-                skipped.append(f"{label} / {variant}: no query parser for this bank (set query_url)")
-                continue
-            embed(
-                [x.query_anchor if (x := _query_for(q, source, model_queries)) else q.question for q in questions]
-            )  # one batch fills the embedding cache
-            for fusion in cfg.fusions:
-                for mode in modes:
-                    name, mrt = row_name(variant, fusion, mode), mode_runtime(rt, hooks, fusion, mode, cfg.budget)
-                    scores, items = RecallScores(cfg.ks), []
-                    for q in tqdm(questions, desc=f"recall {label} / {name}", unit="q", leave=False):
-                        query = _query_for(q, source, model_queries)
-                        row, context = recall_one(mrt, scores, q, query, route, cfg, count)
-                        per_question.append(
-                            {"bank": label, "variant": name, "query": variant, "fusion": fusion, "recall_mode": mode}
-                            | row
-                        )
-                        if qa_mm and (cfg.qa_variants is None or variant in cfg.qa_variants):
-                            items.append((label, name, q, context))
-                    entry = {"query": variant, "fusion": fusion, "recall_mode": mode, "recall": with_intervals(scores)}
-                    results[label]["variants"][name] = entry
-                    if items:
-                        answer_and_judge(qa_mm, judge_mm, items, qa_done, run_dir / "qa.jsonl", qa_mm.concurrency)
-                        entry["qa"] = qa_summary([qa_done[(label, name, q.question_id)] for _, _, q, _ in items])
+        results[label] = {"bank": spec, "stats": stats, "variants": _recall_bank(job, label, rt, model_queries)}
+        if cfg.trees:
+            results[label] |= _recall_tree(job, label, bank, convs, write)
 
     qa_baseline = None
     if qa_mm:
@@ -697,7 +758,9 @@ def run(cfg: E2EConfig) -> Path:
 
     meta = _meta(cfg, len(questions), len(convs), count.name, hooks, modes, skipped, notes, qa_baseline)
     write_json(run_dir / "results.json", {"meta": meta, "results": results})
-    (run_dir / "per_question.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in per_question))
+    (run_dir / "per_question.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in job.per_question)
+    )
     write_report(run_dir, meta, results)
     return run_dir
 
@@ -924,6 +987,10 @@ def _judge_section(meta: dict, results: dict) -> list[str]:
 def write_report(out: Path, meta: dict, results: dict) -> None:
     lines = _intro(meta) + _banks_section(results) + _recall_section(meta, results)
     lines += _tradeoff_section(meta, results) + _category_section(meta, results) + _judge_section(meta, results)
+    if meta.get("trees"):
+        from memdistill.eval.tree import tree_section
+
+        lines += tree_section(meta, results)
     if meta["skipped"]:
         lines += ["## Skipped", ""] + [f"- {s}" for s in meta["skipped"]] + [""]
     if meta["data_notes"]:

@@ -211,6 +211,52 @@ class _Reference:
         return self.by[(window.conversation_id, window.window_index)]
 
 
+def _student_eval(cfg: FidelityConfig) -> EvalConfig:
+    """The extractor eval's settings for the student, so its generation (cached) and scoring are reused."""
+    return EvalConfig(
+        models=[cfg.student],
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        backend=cfg.backend,
+        structured=cfg.structured,
+        concurrency=cfg.concurrency,
+        serve_config=cfg.serve_config,
+        serve_overrides=cfg.serve_overrides,
+        max_model_len=cfg.max_model_len,
+        similarity=cfg.similarity,
+        threshold=cfg.threshold,
+        output_dir=cfg.output_dir,
+        dtype=cfg.dtype,
+    )
+
+
+def _against_gold(cfg: FidelityConfig, seed, sw, st, rows, embedder) -> tuple[dict, dict]:
+    """Student and teacher each scored against the gold records of the same windows."""
+    sg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
+    tg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
+    for w, t, r in zip(sw, st, rows):
+        gold, res = seed.gold_records(w), extractor.parse(r["raw"], w)
+        sg.add(r["raw"], res.records, gold, res.ok, embedder, parsed=res)
+        tg.add(t.raw, t.records, gold, True, embedder)
+    return sg.summary(), tg.summary()
+
+
+def _write_outputs(path: Path, wins, touts, rows):
+    by_key = {(r["conversation_id"], r["window_index"]): r for r in rows}
+    with path.open("w") as f:
+        for w, t in zip(wins, touts):
+            r = by_key.get((w.conversation_id, w.window_index), {})
+            row = {
+                "conversation_id": w.conversation_id,
+                "window_index": w.window_index,
+                "teacher_records": None if t.records is None else [x.model_dump() for x in t.records],
+                "student_raw": r.get("raw"),
+                "student_records": r.get("n_pred"),
+                "matched": r.get("matched"),
+            }
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def run(cfg: FidelityConfig) -> Path:
     if (cfg.teacher is None) == (cfg.teacher_labels is None):
         raise ConfigError("set exactly one of teacher (an endpoint) and teacher_labels (a labelling job's labels)")
@@ -229,21 +275,7 @@ def run(cfg: FidelityConfig) -> Path:
     sw, st = [w for w, _ in scored], [t for _, t in scored]
 
     label = cfg.student_label or (Path(cfg.student).name if not cfg.student.startswith("embedded:") else cfg.student)
-    ev = EvalConfig(
-        models=[cfg.student],
-        max_new_tokens=cfg.max_new_tokens,
-        batch_size=cfg.batch_size,
-        backend=cfg.backend,
-        structured=cfg.structured,
-        concurrency=cfg.concurrency,
-        serve_config=cfg.serve_config,
-        serve_overrides=cfg.serve_overrides,
-        max_model_len=cfg.max_model_len,
-        similarity=cfg.similarity,
-        threshold=cfg.threshold,
-        output_dir=cfg.output_dir,
-        dtype=cfg.dtype,
-    )
+    ev = _student_eval(cfg)
     embedder = Embedder() if cfg.similarity == "embedding" else None
     # the extractor eval's own generation (cached) and scoring, with the teacher's records as the reference
     metrics, rows = evaluate_model(cfg.student, ev, _Reference(sw, st), sw, [], embedder)
@@ -273,29 +305,11 @@ def run(cfg: FidelityConfig) -> Path:
         "generation_seconds": metrics["generation_seconds"],
     }
     if seed is not None and cfg.gold:
-        sg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
-        tg = ExtractionScores(threshold=cfg.threshold, similarity=cfg.similarity)
-        for w, t, r in zip(sw, st, rows):
-            gold, res = seed.gold_records(w), extractor.parse(r["raw"], w)
-            sg.add(r["raw"], res.records, gold, res.ok, embedder, parsed=res)
-            tg.add(t.raw, t.records, gold, True, embedder)
-        result["student_vs_gold"], result["teacher_vs_gold"] = sg.summary(), tg.summary()
+        result["student_vs_gold"], result["teacher_vs_gold"] = _against_gold(cfg, seed, sw, st, rows, embedder)
 
     out = run_dir(cfg.output_dir)
     write_json(out / "metrics.json", result)
-    by_key = {(r["conversation_id"], r["window_index"]): r for r in rows}
-    with (out / "outputs.jsonl").open("w") as f:
-        for w, t in zip(wins, touts):
-            r = by_key.get((w.conversation_id, w.window_index), {})
-            row = {
-                "conversation_id": w.conversation_id,
-                "window_index": w.window_index,
-                "teacher_records": None if t.records is None else [x.model_dump() for x in t.records],
-                "student_raw": r.get("raw"),
-                "student_records": r.get("n_pred"),
-                "matched": r.get("matched"),
-            }
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    _write_outputs(out / "outputs.jsonl", wins, touts, rows)
     write_report(out, result, cfg)
     return out
 

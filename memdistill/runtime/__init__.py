@@ -12,6 +12,11 @@ Memory update as records arrive (never deleting; see memdistill.runtime.consolid
     cons = Consolidator(mm.consolidate_pairs)                  # the served consolidator, or any decider
     for item in new_items:
         cons.add(bank, item)                                   # current records rank first afterwards
+
+TiMem's temporal memory tree over the bank (memdistill.runtime.tree), and its hierarchical recall:
+    tree = MemoryTree(bank, {conversation.conversation_id: conversation}, path="tree.jsonl")
+    tree.close(conversation.conversation_id, lm_writer(summarizer_mm))  # nodes whose window closed
+    recall = TreeRecall(tree, Embedder(), **hooks_from_models(mm, ("planner", "gate"))).recall(question, cid)
 """
 
 from memdistill.core.embedder import Embedder
@@ -27,6 +32,7 @@ from memdistill.runtime.retrieval import (
     score_gate,
     types_from_trimem,
 )
+from memdistill.runtime.tree import MemoryTree, Node, TreeRecall, gold_writer, lead_writer, lm_writer
 
 __all__ = [
     "BankError",
@@ -37,8 +43,14 @@ __all__ = [
     "MemoryBank",
     "MemoryItem",
     "MemoryRuntime",
+    "MemoryTree",
+    "Node",
+    "TreeRecall",
     "Recall",
     "dimension_score",
+    "gold_writer",
+    "lead_writer",
+    "lm_writer",
     "hooks_from_models",
     "score_gate",
     "types_from_trimem",

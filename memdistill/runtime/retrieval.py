@@ -166,6 +166,17 @@ class _ConvIndex:
         return np.asarray(self.bm25.get_scores(q), dtype=float)
 
 
+def gated(gate: Callable | None, question: str, complexity: str, hits: list[Hit], notes: list[str]) -> list[Hit]:
+    """What the gate keeps of the candidates (all of them without a gate, or when its output is unusable)."""
+    if gate is None or not hits:
+        return hits
+    ids = gate(question, complexity, [h.item.content for h in hits])
+    if ids is None:
+        notes.append("gate output unusable; every candidate kept")
+        return hits
+    return [hits[i - 1] for i in ids if 1 <= i <= len(hits)]
+
+
 class MemoryRuntime:
     def __init__(
         self,
@@ -308,13 +319,7 @@ class MemoryRuntime:
             else:
                 notes.append(f"planner gave {complexity!r}; default budget {budget} used")
                 complexity = None
-        kept = hits[:budget]
-        if self.gate is not None and kept:
-            ids = self.gate(question, complexity or gate_complexity, [h.item.content for h in kept])
-            if ids is None:
-                notes.append("gate output unusable; every budgeted candidate kept")
-            else:
-                kept = [kept[i - 1] for i in ids if 1 <= i <= len(kept)]
+        kept = gated(self.gate, question, complexity or gate_complexity, hits[:budget], notes)
         return Recall(hits, kept, budget, complexity, types, notes, qtype, skipped)
 
     def context(self, hits: list[Hit], assistant_replies: bool = False) -> str:

@@ -47,6 +47,7 @@ from memdistill.spec import (
     querytyper,
     router,
     segmenter,
+    summarizer,
 )
 from memdistill.spec.dialogue import Conversation, Window, choose_window, windows
 from memdistill.spec.jsonout import Problem
@@ -112,28 +113,30 @@ class MemoryModels:
         max_concurrency: int = 8,
         structured: bool = True,
         max_tokens: int = 1024,
-        router_url: str | None = None,
-        planner_url: str | None = None,
-        gate_url: str | None = None,
-        consolidator_url: str | None = None,
-        segmenter_url: str | None = None,
-        querytyper_url: str | None = None,
+        encoder_urls: dict[str, str] | None = None,
         windows: dict | None = None,
         model_dir: str | None = None,
         qwen3_no_think: bool = True,
         student_prompt: str | None = None,
+        **named_urls: str | None,
     ):
         """`windows` ({style: [[W, O], ...]}) and `student_prompt` (a name in `extractor.STUDENT_PROMPTS`)
         say what the extractor was trained with, or `model_dir` (a merged model or adapter directory) holds
         both in its metadata; without them, `extract` asks the endpoint which model it serves and reads that
         model's metadata when the directory is readable here (else: the paper windows, prompt "student").
         `qwen3_no_think=False` leaves vLLM's chat_template_kwargs out of requests (APIs such as OpenAI's
-        reject unknown fields)."""
+        reject unknown fields). Encoders: `encoder_urls` ({name: server root URL}) or `<name>_url=` for any
+        name in the spec's table (`router_url=...`); an encoder without a URL is answered by the LM."""
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-        # encoder name -> server root URL (/classify and /score live at the root, not under /v1); one
-        # `<name>_url` argument per encoder of the spec's table
-        given = locals()
-        self.encoder_urls = {n: given[f"{n}_url"].rstrip("/") for n in ENCODERS if given[f"{n}_url"]}
+        # encoder name -> server root URL (/classify and /score live at the root, not under /v1)
+        unknown = [k for k in named_urls if not (k.endswith("_url") and k.removesuffix("_url") in ENCODERS)]
+        if unknown:
+            raise TypeError(f"MemoryModels: unknown argument(s) {unknown}; encoder URLs are <name>_url for {ENCODERS}")
+        given = {**(encoder_urls or {}), **{k.removesuffix("_url"): v for k, v in named_urls.items()}}
+        self.encoder_urls = {n: u.rstrip("/") for n, u in given.items() if u}
+        if set(self.encoder_urls) - set(ENCODERS):
+            raise TypeError(f"MemoryModels: encoder_urls names {sorted(set(self.encoder_urls) - set(ENCODERS))}, "
+                            f"not in {ENCODERS}")  # fmt: skip
         # connection failures are retried by the transport; HTTP errors are answers and are not
         self._http = httpx.Client(
             timeout=timeout,
@@ -403,6 +406,14 @@ class MemoryModels:
         """The LM's decision for one utterance (lines as `segmenter.context` renders them)."""
         text, _, _ = self.chat(segmenter.chat_messages(before, target, after), segmenter.json_schema(), "intent", 16)
         return segmenter.parse(text)
+
+    def summarize(self, request: dict, prompt: str = "student", max_tokens: int | None = None):
+        """One memory-tree node (`memdistill.spec.summarizer.request` builds what it holds) -> its ParseResult
+        (text, level-5 profile, problems): the level summarizer, or any LM asked with the same prompt."""
+        level = request["level"]
+        cap = max_tokens or summarizer.MAX_TOKENS[level]
+        text, _, _ = self.chat(summarizer.chat_messages(request, prompt), summarizer.json_schema(level), "node", cap)
+        return summarizer.parse(text, level, request["people"])
 
     def consolidate(self, new, existing) -> consolidator.ParseResult:
         """One memory-update decision for (new, existing) records (StoredRecord, or dicts with content,

@@ -17,6 +17,7 @@ the embedded default model (and no encoder).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -70,6 +71,10 @@ class ServeConfig:
     consolidator: str | None = "runs/consolidator-cpu/model"
     segmenter: str | None = "runs/segmenter-cpu/model"
     querytyper: str | None = "runs/querytyper-cpu/model"
+    # The merged level summarizer (`make train-summarizer`), a second LM server when the directory exists
+    # (served name memdistill-summarizer); null = never
+    summarizer: str | None = "runs/summarizer-cpu/merged"
+    summarizer_port: int = 8010
     encoder_port: int = 8100
     encoder_max_model_len: int = 512  # BERT / RoBERTa position limit
     encoder_gpu_memory_utilization: float = 0.05  # several small servers share one GPU
@@ -276,6 +281,8 @@ class Servers:
             if encoders and getattr(cfg, n) and (Path(getattr(cfg, n)) / "config.json").exists()
         }
         self.encoder_urls = {n: url for n, (_, url) in self.encoders.items()}
+        has_summarizer = encoders and cfg.summarizer and (Path(cfg.summarizer) / "config.json").exists()
+        self.summarizer_url = f"http://{cfg.host}:{cfg.summarizer_port}" if has_summarizer else None
         self.procs: list[subprocess.Popen] = []
         self.log_dir = Path(log_dir) if log_dir else None
 
@@ -289,12 +296,16 @@ class Servers:
             (f"vllm-{n}", encoder_command(self.cfg, n, d, int(url.rsplit(":", 1)[1])), env)
             for n, (d, url) in self.encoders.items()
         ]
+        if self.summarizer_url:
+            lm = dataclasses.replace(self.cfg, served_model_name="memdistill-summarizer", enable_lora=False)
+            launches.append(("vllm-summarizer", vllm_command(lm, self.cfg.summarizer, self.cfg.summarizer_port), env))
         if not launches:
             raise ValueError("nothing to serve: serve_extractor is false and no encoder model directory exists")
         try:
             for log_name, cmd, proc_env in launches:
                 self._launch(log_name, cmd, proc_env)
-            wait_healthy(self.urls + list(self.encoder_urls.values()), self.procs, self.cfg.startup_timeout_s)
+            urls = self.urls + list(self.encoder_urls.values()) + ([self.summarizer_url] if self.summarizer_url else [])
+            wait_healthy(urls, self.procs, self.cfg.startup_timeout_s)
             if self.front_url:
                 self._launch("front", self.front_command(), env)
                 wait_healthy([self.front_url], self.procs, 120)
@@ -372,6 +383,13 @@ def main(argv=None) -> int:
     for name in ENCODERS:
         if name not in servers.encoders and getattr(servers.cfg, name):
             print(f"[serve] {name}: not served, no model at {getattr(servers.cfg, name)} (make train-{name})")
+    if servers.summarizer_url:
+        print(
+            f"[serve] summarizer: {servers.summarizer_url}/v1/chat/completions   ({servers.cfg.summarizer} as "
+            "'memdistill-summarizer'; SDK: MemoryModels(url, model='memdistill-summarizer').summarize(request))"
+        )
+    elif servers.cfg.summarizer:
+        print(f"[serve] summarizer: not served, no model at {servers.cfg.summarizer} (make train-summarizer)")
     if servers.front_url:
         print(
             f"[serve] mem0 front: {servers.front_url}/v1   (mem0's llm config: provider openai, openai_base_url "

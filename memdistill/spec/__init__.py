@@ -9,7 +9,8 @@ and metric live in exactly one module here, stated once as its `MODEL` record (`
 - `memdistill.spec.<name>`       one module per compact model, named as the model everywhere else:
   extractor (DimMem records), query_parser (DimMem query analysis; the extractor's LM and adapter),
   router (TriMEM EM / PM / GM), planner (TiMem recall complexity), gate (TiMem recall gating), consolidator
-  (DimMem memory update), segmenter (TraceMem topic segmentation), querytyper (MemoType query typing)
+  (DimMem memory update), segmenter (TraceMem topic segmentation), querytyper (MemoType query typing),
+  summarizer (TiMem memory-tree nodes: session, day, week, month)
 
 Parsers never raise on model output: they return what could be recovered plus `Problem`s with
 reason codes (see `memdistill.spec.jsonout`).
@@ -22,7 +23,17 @@ SCHEMA_VERSION = "1.1"  # 1.1: the student writes compact records (extractor.com
 # The compact models, in teacher-job order (a job reads the labels of the jobs before it). Each is the module
 # memdistill.spec.<name>, whose `MODEL` (memdistill.spec.compact.CompactModel) states it once; this tuple is the
 # only list of them.
-_NAMES = ("extractor", "query_parser", "router", "planner", "gate", "consolidator", "segmenter", "querytyper")
+_NAMES = (
+    "extractor",
+    "query_parser",
+    "router",
+    "planner",
+    "gate",
+    "consolidator",
+    "segmenter",
+    "querytyper",
+    "summarizer",
+)
 
 
 def _table() -> dict:

@@ -13,7 +13,8 @@ Heads:
 
 Units (the kind of labelled item, the same for the gold corpus and the teacher jobs):
 `window` (dialogue window), `question`, `snippet` (one turn or two), `gate` (a question with candidate
-memories), `pair` (a new and an existing record), `utterance` (one turn with its context).
+memories), `pair` (a new and an existing record), `utterance` (one turn with its context), `node` (a
+memory-tree window with its child memories and the previous nodes of its level).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 HEADS = ("lm", "multi_label", "softmax", "pair_score")
-UNITS = ("window", "question", "snippet", "gate", "pair", "utterance")
+UNITS = ("window", "question", "snippet", "gate", "pair", "utterance", "node")
 
 
 @dataclass(frozen=True)

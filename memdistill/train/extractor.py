@@ -23,7 +23,7 @@ from pathlib import Path
 from memdistill.core.config import job_config
 from memdistill.core.io import read_jsonl, require_dataset, write_json
 from memdistill.core.report import dataset_overlap, peak_memory_mb, plot_loss
-from memdistill.spec import SCHEMA_VERSION
+from memdistill.spec import MODELS, SCHEMA_VERSION
 
 DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 FORBIDDEN_TARGETS = ("embed_tokens", "lm_head", "wte", "embed_out")
@@ -36,7 +36,7 @@ class ExtractorConfig:
     eval_file: str | None = "data/built/extractor/dev.jsonl"
     output_dir: str = "runs/extractor-cpu"
     data_config: str = "configs/data/seed.yaml"  # the build that writes train_file (named when it is missing)
-    tasks: list = field(default_factory=lambda: ["extractor", "query_parser"])
+    tasks: list = field(default_factory=lambda: [m.name for m in MODELS.values() if m.head == "lm"])  # the LM's models
     max_train_rows: int | None = None
     # lora: train adapters (merged afterwards); full: train the weights of the chosen layers themselves
     # (layers_to_transform; embeddings stay frozen, tied to lm_head) and save the whole model under model/
@@ -85,9 +85,9 @@ def validate(cfg: ExtractorConfig) -> None:
         raise ValueError("finetune=full cannot train a 4-bit base (load_in_4bit is QLoRA's)")
     if cfg.dtype not in ("bfloat16", "float16", "float32"):
         raise ValueError(f"dtype {cfg.dtype!r}: expected bfloat16, float16 or float32")
-    unknown = set(cfg.tasks) - {"extractor", "query_parser"}
-    if unknown or not cfg.tasks:
-        raise ValueError(f"tasks {cfg.tasks}: expected a non-empty subset of extraction, query_parse")
+    lm_tasks = [m.name for m in MODELS.values() if m.head == "lm"]
+    if set(cfg.tasks) - set(lm_tasks) or not cfg.tasks:
+        raise ValueError(f"tasks {cfg.tasks}: expected a non-empty subset of {lm_tasks} (the LM's models)")
 
 
 def load_rows(path: str, tasks, limit: int | None = None):
