@@ -267,3 +267,20 @@ def test_the_gold_rows_and_the_runtime_build_the_same_node_requests():
     tree.close(cid, recording)
     assert len(asked) == len(gold) >= 40 and asked == gold
     assert {r["level"] for r in asked} == {2, 3, 4, 5}
+
+
+def test_conversations_closed_in_threads_write_what_they_write_one_by_one(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    convs = {c: timeline(c) for c in ("t1", "t2", "t3", "t4")}
+    bank = MemoryBank.from_turns(list(convs.values()))
+    together = MemoryTree(bank, convs, tmp_path / "tree.jsonl")
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda c: together.close(c, lead_writer()), convs))
+    alone = MemoryTree(bank, convs)
+    for c in convs:
+        alone.close(c, lead_writer())
+    key = lambda n: (n.node_id, n.text, n.children)  # noqa: E731
+    for c in convs:
+        assert [key(n) for n in together.nodes(c)] == [key(n) for n in alone.nodes(c)]
+    assert len((tmp_path / "tree.jsonl").read_text().splitlines()) == 4 * 14

@@ -196,7 +196,7 @@ class MemoryTree:
     def nodes(self, cid: str, levels=(1, 2, 3, 4, 5)) -> list[Node]:
         """The conversation's nodes at these levels, in time order."""
         out = self.leaves(cid) if 1 in levels else []
-        out += [n for n in self._nodes.values() if n.conversation_id == cid and n.level in levels]
+        out += [n for n in self._snapshot() if n.conversation_id == cid and n.level in levels]
         return sorted(out, key=lambda n: (n.end, n.level, n.node_id))
 
     def node_id(self, cid: str, window: summarizer.Window) -> str:
@@ -245,8 +245,12 @@ class MemoryTree:
             written.append(node)
         return written
 
+    def _snapshot(self) -> list[Node]:
+        with self._lock:  # other conversations may be closing in other threads
+            return list(self._nodes.values())
+
     def parents(self, cid: str) -> dict[str, str]:
-        return {c: n.node_id for n in self._nodes.values() if n.conversation_id == cid for c in n.children}
+        return {c: n.node_id for n in self._snapshot() if n.conversation_id == cid for c in n.children}
 
     def ancestors(self, cid: str, node_id: str) -> list[Node]:
         up, out = self.parents(cid), []
@@ -256,7 +260,7 @@ class MemoryTree:
         return out
 
     def save(self, path) -> None:
-        write_jsonl(path, [n.to_json() for n in self._nodes.values()])
+        write_jsonl(path, [n.to_json() for n in self._snapshot()])
 
 
 # --- writers ------------------------------------------------------------------------------------------
