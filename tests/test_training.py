@@ -396,19 +396,14 @@ def test_every_yaml_loads_into_its_dataclass():
     from memdistill.eval.mem0_compat import Mem0EvalConfig
     from memdistill.eval.query_types import TypingEvalConfig
     from memdistill.serve.server import ServeConfig
+    from memdistill.spec import MODELS, TRAINING_SETS
     from memdistill.train.encoder import EncoderConfig
     from memdistill.train.extractor import ExtractorConfig, validate
     from memdistill.train.merge import MergeConfig
 
-    kinds = {
-        "extractor_": ExtractorConfig,
-        "merge_": MergeConfig,
-        "router_": EncoderConfig,
-        "planner_": EncoderConfig,
-        "gate_": EncoderConfig,
-        "consolidator_": EncoderConfig,
-        "segmenter_": EncoderConfig,
-        "querytyper_": EncoderConfig,
+    # one training config family per training set of the table: the LoRA job's for an LM's set, else the encoder's
+    kinds = {"merge_": MergeConfig} | {
+        f"{s}_": ExtractorConfig if MODELS[s].head == "lm" else EncoderConfig for s in TRAINING_SETS
     }
     seen = 0
     for path in sorted((REPO / "configs").rglob("*.yaml")):
