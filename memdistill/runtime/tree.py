@@ -252,12 +252,14 @@ class MemoryTree:
     def parents(self, cid: str) -> dict[str, str]:
         return {c: n.node_id for n in self._snapshot() if n.conversation_id == cid for c in n.children}
 
-    def ancestors(self, cid: str, node_id: str) -> list[Node]:
-        up, out = self.parents(cid), []
-        while node_id in up:
-            node_id = up[node_id]
-            out.append(self._nodes[node_id])
-        return out
+    def ancestors(self, cid: str, *node_ids: str) -> list[Node]:
+        """Every ancestor of these nodes, each once, nearest first per node (one parent map for all of them)."""
+        up, out = self.parents(cid), {}
+        for node_id in node_ids:
+            while node_id in up:
+                node_id = up[node_id]
+                out.setdefault(node_id, self._nodes[node_id])
+        return list(out.values())
 
     def save(self, path) -> None:
         write_jsonl(path, [n.to_json() for n in self._snapshot()])
@@ -381,12 +383,8 @@ class TreeRecall:
         at = {n.node_id: i for i, n in enumerate(nodes)}
         active = [i for i in by_score if nodes[i].level == base][: self.leaves]
         reach = set(SCOPES[complexity]) | {base}
-        pool = set(active) | {
-            at[a.node_id]
-            for i in active
-            for a in self.tree.ancestors(cid, nodes[i].node_id)
-            if a.level in reach and a.node_id in at
-        }
+        above = self.tree.ancestors(cid, *(nodes[i].node_id for i in active))
+        pool = set(active) | {at[a.node_id] for a in above if a.level in reach and a.node_id in at}
         budget = {lvl: SCOPES[complexity].get(lvl, self.leaves if lvl == base else 0) for lvl in reach}
         kept, used = [], dict.fromkeys(reach, 0)
         for i in sorted(pool, key=lambda i: (-score[i], i)):
